@@ -1,0 +1,440 @@
+"""The infra project's settings: read once from Pulumi config, validated before any resource exists."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from infra.presets import CPU_MACHINES, GPU_PRESETS, CpuMachine, GpuPreset
+from infra.sizing import allocatable_cpu, allocatable_memory_bytes, cpu_cores, memory_bytes
+
+PROJECT = "nemo-rl-gke"
+
+GPU_PROVISIONING_MODES = ("reservation", "spot", "flexStart")
+# Lustre throughput tiers (MB/s per TiB) -> (minimum, step, step-change point, step above it, maximum) GiB.
+LUSTRE_TIERS: dict[int, tuple[int, int, int, int, int]] = {
+    1000: (9_000, 9_000, 1_530_000, 72_000, 10_008_000),
+    500: (18_000, 18_000, 3_060_000, 144_000, 20_016_000),
+    250: (36_000, 36_000, 6_120_000, 288_000, 40_032_000),
+    125: (72_000, 72_000, 12_240_000, 72_000, 12_240_000),
+}
+# Ray version inside each NeMo RL image tag we know; any other image needs `rayVersion` set.
+NEMO_RL_RAY_VERSIONS = {"v0.5.0": "2.49.2"}
+
+_CLUSTER_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,22}[a-z0-9])?$")
+_FILESYSTEM_RE = re.compile(r"^[A-Za-z0-9]{1,8}$")
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+_ZONE_RE = re.compile(r"^([a-z]+-[a-z]+[0-9]+)-[a-z]$")
+_GKE_VERSION_RE = re.compile(r"^1\.([0-9]+)(?:\.[0-9]+(?:-gke\.[0-9]+)?)?$")
+_IMAGE_RE = re.compile(r"^[a-z0-9.\-/:]+:[A-Za-z0-9_.\-]+$")
+_RAY_VERSION_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
+
+DEFAULT_RDMA_RANGES = tuple(f"192.168.{n}.0/24" for n in range(1, 9))
+
+
+class ConfigError(pulumi.RunError):
+    """A config value that cannot work. Pulumi prints the message alone, without a traceback."""
+
+    def __init__(self, key: str, value: Any, allowed: str) -> None:
+        self.key, self.value, self.allowed = key, value, allowed
+        super().__init__(f"config '{key}' = {value!r} is not allowed: {allowed}")
+
+
+@dataclass(frozen=True)
+class LustreSettings:
+    capacity_gib: int
+    throughput_mbps_per_tib: int
+    filesystem: str
+
+    @property
+    def throughput_gbps(self) -> float:
+        """Aggregate throughput the tier promises, in GB/s (capacity in TiB x MB/s per TiB)."""
+        return self.capacity_gib / 1024 * self.throughput_mbps_per_tib / 1000
+
+
+@dataclass(frozen=True)
+class NetworkRanges:
+    cluster_subnet: str
+    pods: str
+    services: str
+    gvnic_subnet: str
+    rdma_subnets: tuple[str, ...]
+    lustre_peering: str
+
+
+@dataclass(frozen=True)
+class PodResources:
+    cpu: str
+    memory: str
+
+
+@dataclass(frozen=True)
+class InfraSettings:
+    project: str
+    region: str
+    zone: str
+    preset: GpuPreset
+    gpu_provisioning: str
+    reservation: str | None
+    gpu_nodes: int
+    ray_worker_replicas: int
+    cluster_name: str
+    gke_version: str
+    release_channel: str
+    cpu_machine_type: str
+    cpu_pool_min_nodes: int
+    cpu_pool_max_nodes: int
+    lustre: LustreSettings
+    protect_data: bool
+    deletion_protection: bool
+    ranges: NetworkRanges
+    namespace: str
+    kubernetes_service_account: str
+    nemo_rl_image: str
+    ray_version: str
+    ray_head: PodResources
+    ray_worker: PodResources
+    shm_size: str
+    has_wandb_key: bool
+
+    @property
+    def gke_minor(self) -> str:
+        """Kubernetes minor version the cluster targets, e.g. '1.33'."""
+        return ".".join(self.gke_version.split(".")[:2])
+
+    @property
+    def lustre_instance_id(self) -> str:
+        return f"{self.cluster_name}-lustre"
+
+
+def _require(values: Mapping[str, Any], key: str, what: str) -> Any:
+    value = values.get(key)
+    if value is None or value == "":
+        raise ConfigError(key, value, f"required: {what} (pulumi config set {key} ...)")
+    return value
+
+
+def _as_int(key: str, value: Any) -> int:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = int(str(value))
+    except (TypeError, ValueError):
+        raise ConfigError(key, value, "a whole number") from None
+    return number
+
+
+def _as_bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise ConfigError(key, value, "true or false")
+
+
+def _network(key: str, value: Any) -> ipaddress.IPv4Network:
+    try:
+        network = ipaddress.ip_network(str(value), strict=True)
+    except ValueError:
+        raise ConfigError(key, value, "an IPv4 CIDR range with no host bits, such as 10.0.0.0/20") from None
+    if not isinstance(network, ipaddress.IPv4Network) or not network.is_private:
+        raise ConfigError(key, value, "a private IPv4 range (RFC 1918)")
+    return network
+
+
+def validate_lustre_capacity(key: str, capacity: int, tier: int) -> None:
+    """Managed Lustre sells capacity in tier-specific steps; anything else is rejected by the API."""
+    minimum, step, step_change, step_above, maximum = LUSTRE_TIERS[tier]
+    if capacity < minimum or capacity > maximum:
+        raise ConfigError(key, capacity, f"{minimum}..{maximum} GiB at {tier} MB/s/TiB")
+    valid = capacity % (step if capacity <= step_change else step_above) == 0
+    if not valid:
+        rule = f"a multiple of {step} GiB"
+        if step_above != step:
+            rule += f" up to {step_change}, a multiple of {step_above} above it,"
+        raise ConfigError(key, capacity, f"{rule} at {tier} MB/s/TiB")
+
+
+def _lustre(raw: Any) -> LustreSettings:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("lustre", raw, "an object with capacityGib, perUnitStorageThroughput, filesystem")
+    unknown = set(raw) - {"capacityGib", "perUnitStorageThroughput", "filesystem"}
+    if unknown:
+        raise ConfigError(
+            f"lustre.{sorted(unknown)[0]}", raw[sorted(unknown)[0]], "capacityGib, perUnitStorageThroughput, filesystem"
+        )
+    tier = _as_int("lustre.perUnitStorageThroughput", raw.get("perUnitStorageThroughput", 500))
+    if tier not in LUSTRE_TIERS:
+        raise ConfigError("lustre.perUnitStorageThroughput", tier, f"one of {sorted(LUSTRE_TIERS)} MB/s per TiB")
+    capacity = _as_int("lustre.capacityGib", raw.get("capacityGib", 18_000))
+    validate_lustre_capacity("lustre.capacityGib", capacity, tier)
+    filesystem = str(raw.get("filesystem", "lustrefs"))
+    if not _FILESYSTEM_RE.match(filesystem):
+        raise ConfigError("lustre.filesystem", filesystem, "1 to 8 letters or digits")
+    return LustreSettings(capacity_gib=capacity, throughput_mbps_per_tib=tier, filesystem=filesystem)
+
+
+_RANGE_KEYS = {
+    "clusterSubnet": "10.0.0.0/20",
+    "pods": "10.16.0.0/14",
+    "services": "10.20.0.0/20",
+    "gvnicSubnet": "192.168.0.0/24",
+    "lustrePeering": "10.32.0.0/20",
+}
+
+
+def _ranges(raw: Any) -> NetworkRanges:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("networkRanges", raw, f"an object with keys {sorted([*_RANGE_KEYS, 'rdmaSubnets'])}")
+    unknown = set(raw) - {*_RANGE_KEYS, "rdmaSubnets"}
+    if unknown:
+        name = sorted(unknown)[0]
+        raise ConfigError(f"networkRanges.{name}", raw[name], f"keys {sorted([*_RANGE_KEYS, 'rdmaSubnets'])}")
+    named = {name: str(raw.get(name, default)) for name, default in _RANGE_KEYS.items()}
+    rdma = raw.get("rdmaSubnets", list(DEFAULT_RDMA_RANGES))
+    if not isinstance(rdma, list) or len(rdma) != 8:
+        raise ConfigError("networkRanges.rdmaSubnets", rdma, "a list of exactly 8 CIDR ranges, one per GPU NIC")
+    parsed: list[tuple[str, ipaddress.IPv4Network]] = [
+        (f"networkRanges.{name}", _network(f"networkRanges.{name}", cidr)) for name, cidr in named.items()
+    ]
+    parsed += [
+        (f"networkRanges.rdmaSubnets[{n}]", _network(f"networkRanges.rdmaSubnets[{n}]", cidr))
+        for n, cidr in enumerate(rdma)
+    ]
+    prefix_of_peering = parsed[4][1].prefixlen
+    if prefix_of_peering != 20:
+        raise ConfigError("networkRanges.lustrePeering", named["lustrePeering"], "a /20 range (Managed Lustre)")
+    for i, (key_a, net_a) in enumerate(parsed):
+        for key_b, net_b in parsed[i + 1 :]:
+            if net_a.overlaps(net_b):
+                raise ConfigError(key_b, str(net_b), f"a range that does not overlap {key_a} ({net_a})")
+    return NetworkRanges(
+        cluster_subnet=named["clusterSubnet"],
+        pods=named["pods"],
+        services=named["services"],
+        gvnic_subnet=named["gvnicSubnet"],
+        rdma_subnets=tuple(str(cidr) for cidr in rdma),
+        lustre_peering=named["lustrePeering"],
+    )
+
+
+def _pod_resources(key: str, raw: Any, default: PodResources) -> PodResources:
+    if raw is None:
+        return default
+    if not isinstance(raw, Mapping) or set(raw) - {"cpu", "memory"}:
+        raise ConfigError(key, raw, "an object with keys cpu and memory, e.g. {cpu: 64, memory: 500G}")
+    cpu, memory = str(raw.get("cpu", default.cpu)), str(raw.get("memory", default.memory))
+    try:
+        if cpu_cores(cpu) <= 0:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"{key}.cpu", cpu, "a positive Kubernetes CPU quantity such as 64 or 500m") from None
+    try:
+        if memory_bytes(memory) <= 0:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"{key}.memory", memory, "a positive Kubernetes memory quantity such as 500G or 2400Gi") from None
+    return PodResources(cpu=cpu, memory=memory)
+
+
+# The fluent-bit sidecar beside every Ray container: it must fit on the node too.
+LOG_SIDECAR = PodResources(cpu="200m", memory="256Mi")
+
+
+def check_fits(key: str, resources: PodResources, machine_type: str, vcpus: int, memory_gb: int) -> None:
+    """Raise unless the Ray container plus its log sidecar fit what the node leaves to pods."""
+    cpu_free = allocatable_cpu(vcpus) - cpu_cores(LOG_SIDECAR.cpu)
+    memory_free = allocatable_memory_bytes(memory_gb * 10**9) - memory_bytes(LOG_SIDECAR.memory)
+    if cpu_cores(resources.cpu) > cpu_free:
+        raise ConfigError(f"{key}.cpu", resources.cpu, f"at most {cpu_free:.1f} cores on {machine_type} ({vcpus} vCPU)")
+    if memory_bytes(resources.memory) > memory_free:
+        raise ConfigError(
+            f"{key}.memory",
+            resources.memory,
+            f"at most {memory_free / 2**30:.0f}Gi on {machine_type} ({memory_gb} GB)",
+        )
+
+
+def _shm_size(value: Any, ray_worker: PodResources) -> str:
+    size = str(value)
+    try:
+        shm = memory_bytes(size)
+    except ValueError:
+        raise ConfigError("shmSize", size, "a Kubernetes memory quantity such as 240Gi") from None
+    # Memory-backed emptyDir counts against the container's memory limit.
+    if shm <= 0 or shm >= memory_bytes(ray_worker.memory):
+        raise ConfigError("shmSize", size, f"more than 0 and less than the worker memory ({ray_worker.memory})")
+    return size
+
+
+def _gke_version(value: Any, preset: GpuPreset) -> str:
+    version = str(value)
+    match = _GKE_VERSION_RE.match(version)
+    minimum_minor = int(preset.min_gke_version.split(".")[1])
+    if not match or int(match.group(1)) < minimum_minor:
+        raise ConfigError(
+            "gkeVersion", version, f"a GKE version such as 1.33 at or above {preset.min_gke_version} for {preset.gpu_type}"
+        )
+    # The legacy Lustre port and multi-networking need recent minors; 1.32 and 1.33 are what we test.
+    return version
+
+
+def build_settings(values: Mapping[str, Any]) -> InfraSettings:
+    """Validate raw config values (camelCase keys, as in Pulumi.yaml) into settings. Pure: no Pulumi runtime."""
+    project = str(_require(values, "gcp:project", "the GCP project id"))
+    region = str(_require(values, "gcp:region", "the region of the control plane and subnets, e.g. us-central1"))
+    zone = str(_require(values, "zone", "the zone of the GPU nodes and Lustre, inside gcp:region"))
+    zone_match = _ZONE_RE.match(zone)
+    if not zone_match or zone_match.group(1) != region:
+        raise ConfigError("zone", zone, f"a zone inside gcp:region {region!r}, such as {region}-b")
+
+    gpu_type = str(_require(values, "gpuType", f"one of {sorted(GPU_PRESETS)}"))
+    if gpu_type not in GPU_PRESETS:
+        raise ConfigError("gpuType", gpu_type, f"one of {sorted(GPU_PRESETS)}")
+    preset = GPU_PRESETS[gpu_type]
+
+    provisioning = str(values.get("gpuProvisioning", "reservation"))
+    if provisioning not in GPU_PROVISIONING_MODES:
+        raise ConfigError("gpuProvisioning", provisioning, f"one of {list(GPU_PROVISIONING_MODES)}")
+    reservation = values.get("reservation") or None
+    if provisioning == "reservation" and not reservation:
+        raise ConfigError(
+            "reservation",
+            reservation,
+            "the name of your GPU reservation, required when gpuProvisioning is 'reservation' "
+            "(pulumi config set reservation NAME), or set gpuProvisioning to spot or flexStart",
+        )
+    if reservation and provisioning != "reservation":
+        raise ConfigError("reservation", reservation, f"unset when gpuProvisioning is {provisioning!r}")
+
+    gpu_nodes = _as_int("gpuNodes", values.get("gpuNodes", 2))
+    if gpu_nodes < 1:
+        raise ConfigError("gpuNodes", gpu_nodes, "1 or more")
+    replicas = _as_int("rayWorkerReplicas", values.get("rayWorkerReplicas", gpu_nodes))
+    if replicas < 1 or replicas > gpu_nodes:
+        raise ConfigError("rayWorkerReplicas", replicas, f"1..gpuNodes ({gpu_nodes}): one Ray worker per GPU node")
+
+    cluster_name = str(values.get("clusterName", "nemo-rl"))
+    if not _CLUSTER_NAME_RE.match(cluster_name):
+        raise ConfigError(
+            "clusterName",
+            cluster_name,
+            "1-24 characters: a lowercase letter, then lowercase letters, digits or hyphens, ending in a letter or "
+            "digit (GKE's rule; 24 so the service accounts named after it fit GCP's 30-character limit)",
+        )
+
+    cpu_machine_type = str(values.get("cpuMachineType", "n2-highmem-80"))
+    if cpu_machine_type not in CPU_MACHINES:
+        raise ConfigError("cpuMachineType", cpu_machine_type, f"one of {sorted(CPU_MACHINES)}")
+    cpu_machine: CpuMachine = CPU_MACHINES[cpu_machine_type]
+    cpu_min = _as_int("cpuPoolMinNodes", values.get("cpuPoolMinNodes", 1))
+    cpu_max = _as_int("cpuPoolMaxNodes", values.get("cpuPoolMaxNodes", 5))
+    if cpu_min < 1:
+        raise ConfigError("cpuPoolMinNodes", cpu_min, "1 or more: the Ray head and system pods live there")
+    if cpu_max < cpu_min:
+        raise ConfigError("cpuPoolMaxNodes", cpu_max, f"at least cpuPoolMinNodes ({cpu_min})")
+
+    release_channel = str(values.get("releaseChannel", "REGULAR"))
+    if release_channel not in ("RAPID", "REGULAR", "STABLE", "EXTENDED"):
+        raise ConfigError("releaseChannel", release_channel, "RAPID, REGULAR, STABLE or EXTENDED")
+
+    namespace = str(values.get("namespace", "default"))
+    if not _DNS_LABEL_RE.match(namespace):
+        raise ConfigError("namespace", namespace, "a Kubernetes namespace name (DNS label: a-z, 0-9, '-', 1-63)")
+    ksa = str(values.get("kubernetesServiceAccount", "generic-ksa"))
+    if not _DNS_LABEL_RE.match(ksa):
+        raise ConfigError("kubernetesServiceAccount", ksa, "a DNS label: a-z, 0-9, '-', 1-63 characters")
+
+    image = str(values.get("nemoRlImage", "nvcr.io/nvidia/nemo-rl:v0.5.0"))
+    if not _IMAGE_RE.match(image) or image.endswith(":latest"):
+        raise ConfigError("nemoRlImage", image, "an image reference with a pinned tag, e.g. nvcr.io/nvidia/nemo-rl:v0.5.0")
+    ray_version = values.get("rayVersion") or NEMO_RL_RAY_VERSIONS.get(image.rsplit(":", 1)[1])
+    if not ray_version:
+        raise ConfigError(
+            "rayVersion", ray_version, f"the Ray version inside {image} (known: {NEMO_RL_RAY_VERSIONS}); set it"
+        )
+    if not _RAY_VERSION_RE.match(str(ray_version)):
+        raise ConfigError("rayVersion", ray_version, "a Ray release such as 2.49.2")
+
+    ray_head = _pod_resources("rayHead", values.get("rayHead"), PodResources(cpu="64", memory="500G"))
+    check_fits("rayHead", ray_head, cpu_machine_type, cpu_machine.vcpus, cpu_machine.memory_gb)
+    ray_worker = _pod_resources("rayWorker", values.get("rayWorker"), PodResources(cpu="206", memory="2400Gi"))
+    check_fits("rayWorker", ray_worker, preset.machine_type, preset.vcpus, preset.memory_gb)
+
+    return InfraSettings(
+        project=project,
+        region=region,
+        zone=zone,
+        preset=preset,
+        gpu_provisioning=provisioning,
+        reservation=str(reservation) if reservation else None,
+        gpu_nodes=gpu_nodes,
+        ray_worker_replicas=replicas,
+        cluster_name=cluster_name,
+        gke_version=_gke_version(values.get("gkeVersion", "1.33"), preset),
+        release_channel=release_channel,
+        cpu_machine_type=cpu_machine_type,
+        cpu_pool_min_nodes=cpu_min,
+        cpu_pool_max_nodes=cpu_max,
+        lustre=_lustre(values.get("lustre")),
+        protect_data=_as_bool("protectData", values.get("protectData", True)),
+        deletion_protection=_as_bool("deletionProtection", values.get("deletionProtection", False)),
+        ranges=_ranges(values.get("networkRanges")),
+        namespace=namespace,
+        kubernetes_service_account=ksa,
+        nemo_rl_image=image,
+        ray_version=str(ray_version),
+        ray_head=ray_head,
+        ray_worker=ray_worker,
+        shm_size=_shm_size(values.get("shmSize", "240Gi"), ray_worker),
+        has_wandb_key=bool(values.get("wandbApiKey")),
+    )
+
+
+# Non-secret project keys read with Config.get/get_object; secrets are read separately.
+_PLAIN_KEYS = (
+    "zone", "gpuType", "gpuProvisioning", "reservation", "gpuNodes", "rayWorkerReplicas", "clusterName",
+    "gkeVersion", "releaseChannel", "cpuMachineType", "cpuPoolMinNodes", "cpuPoolMaxNodes", "protectData",
+    "deletionProtection", "namespace", "kubernetesServiceAccount", "nemoRlImage", "rayVersion", "shmSize",
+)  # fmt: skip
+_OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker")
+
+
+@dataclass(frozen=True)
+class Secrets:
+    hf_token: pulumi.Output[str]
+    wandb_api_key: pulumi.Output[str] | None
+
+
+def load() -> tuple[InfraSettings, Secrets]:
+    """Read the stack's config once. Raises ConfigError before any resource is registered."""
+    config = pulumi.Config()
+    gcp = pulumi.Config("gcp")
+    values: dict[str, Any] = {"gcp:project": gcp.get("project"), "gcp:region": gcp.get("region")}
+    for key in _PLAIN_KEYS:
+        value = config.get(key)
+        if value is not None:
+            values[key] = value
+    for key in _OBJECT_KEYS:
+        obj = config.get_object(key)
+        if obj is not None:
+            values[key] = obj
+    hf_token = config.get_secret("hfToken")
+    if hf_token is None:
+        raise ConfigError(
+            "hfToken", None, "required: your Hugging Face token, stored encrypted: pulumi config set --secret hfToken hf_..."
+        )
+    wandb_api_key = config.get_secret("wandbApiKey")
+    # Presence only: the value stays a secret Output and never enters the settings object.
+    values["wandbApiKey"] = wandb_api_key is not None
+    return build_settings(values), Secrets(hf_token=hf_token, wandb_api_key=wandb_api_key)
