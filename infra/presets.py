@@ -16,6 +16,8 @@ class GpuPreset:
     memory_gb: int  # as GCE publishes it, in GB (10^9 bytes)
     tuner_config: str  # file name under /usr/local/gib/configs on the node
     min_gke_version: str
+    # A3 Ultra and A4 machines boot only from Hyperdisk.
+    boot_disk_type: str = "hyperdisk-balanced"
     # NICs: 2 gVNIC (one is the node's primary) and one RDMA NIC per GPU.
     rdma_nics: int = 8
 

@@ -320,7 +320,8 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
     gpu_nodes = _as_int("gpuNodes", values.get("gpuNodes", 2))
     if gpu_nodes < 1:
         raise ConfigError("gpuNodes", gpu_nodes, "1 or more")
-    replicas = _as_int("rayWorkerReplicas", values.get("rayWorkerReplicas", gpu_nodes))
+    # 0 (the declared default) means one worker per GPU node.
+    replicas = _as_int("rayWorkerReplicas", values.get("rayWorkerReplicas", 0)) or gpu_nodes
     if replicas < 1 or replicas > gpu_nodes:
         raise ConfigError("rayWorkerReplicas", replicas, f"1..gpuNodes ({gpu_nodes}): one Ray worker per GPU node")
 

@@ -1,0 +1,199 @@
+"""The GKE Standard cluster, its node service account and the CPU node pool, plus a kubeconfig and provider."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+
+from infra.network import POD_RANGE_NAME, SERVICE_RANGE_NAME, Networks
+
+# What a node needs and nothing more: write logs and metrics, read its own metadata, pull images.
+NODE_ROLES = (
+    "roles/logging.logWriter",
+    "roles/monitoring.metricWriter",
+    "roles/monitoring.viewer",
+    "roles/stackdriver.resourceMetadata.writer",
+    "roles/artifactregistry.reader",
+)
+CPU_POOL_NAME = "cpu-pool"
+# The autoscaler owns how many nodes exist; initial counts are read back as the live count and would
+# otherwise show as a diff (and initialNodeCount as a replacement) on every `pulumi up`.
+AUTOSCALED_FIELDS = ["initialNodeCount", "nodeCount"]
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+
+@dataclass(frozen=True)
+class ClusterArgs:
+    name: str
+    project: str
+    region: str
+    zone: str
+    gke_version: str
+    release_channel: str
+    deletion_protection: bool
+    cpu_machine_type: str
+    cpu_min_nodes: int
+    cpu_max_nodes: int
+    networks: Networks
+
+
+def build_kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
+    """A kubeconfig that authenticates through gke-gcloud-auth-plugin: no static token is ever stored."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": name, "cluster": {"server": f"https://{endpoint}", "certificate-authority-data": ca_certificate}}
+        ],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+        "users": [
+            {
+                "name": name,
+                "user": {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1beta1",
+                        "command": "gke-gcloud-auth-plugin",
+                        "installHint": "Install gke-gcloud-auth-plugin: gcloud components install gke-gcloud-auth-plugin",
+                        "provideClusterInfo": True,
+                    }
+                },
+            }
+        ],
+    }
+    return json.dumps(config, indent=2)
+
+
+class GkeCluster(pulumi.ComponentResource):
+    """Regional GKE Standard cluster with Workload Identity, Dataplane V2, multi-networking, the RayOperator
+    and Lustre CSI add-ons, a least-privilege node service account and a CPU pool for system pods and Ray's head."""
+
+    cluster: gcp.container.Cluster
+    node_service_account: gcp.serviceaccount.Account
+    node_roles: list[gcp.projects.IAMMember]
+    cpu_pool: gcp.container.NodePool
+    kubeconfig: pulumi.Output[str]
+    provider: k8s.Provider
+
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("nemo-rl-gke:infra:GkeCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.node_service_account = gcp.serviceaccount.Account(
+            f"{name}-nodes",
+            account_id=f"{args.name}-nodes",
+            display_name=f"GKE nodes of {args.name}",
+            project=args.project,
+            opts=child,
+        )
+        self.node_roles = [
+            gcp.projects.IAMMember(
+                f"{name}-nodes-{role.split('/')[1].replace('.', '-')}",
+                project=args.project,
+                role=role,
+                member=self.node_service_account.member,
+                opts=child,
+            )
+            for role in NODE_ROLES
+        ]
+
+        self.cluster = gcp.container.Cluster(
+            name,
+            name=args.name,
+            project=args.project,
+            location=args.region,
+            network=args.networks.cluster_network.id,
+            subnetwork=args.networks.cluster_subnet.id,
+            networking_mode="VPC_NATIVE",
+            ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(
+                cluster_secondary_range_name=POD_RANGE_NAME,
+                services_secondary_range_name=SERVICE_RANGE_NAME,
+            ),
+            datapath_provider="ADVANCED_DATAPATH",
+            enable_multi_networking=True,
+            workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
+                workload_pool=f"{args.project}.svc.id.goog"
+            ),
+            addons_config=gcp.container.ClusterAddonsConfigArgs(
+                ray_operator_configs=[
+                    gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(
+                        enabled=True,
+                        ray_cluster_logging_config=gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterLoggingConfigArgs(
+                            enabled=True
+                        ),
+                        ray_cluster_monitoring_config=gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterMonitoringConfigArgs(
+                            enabled=True
+                        ),
+                    )
+                ],
+                # Port 6988: Lustre's default 988 clashes with gke-metadata-server, which Workload Identity needs.
+                lustre_csi_driver_config=gcp.container.ClusterAddonsConfigLustreCsiDriverConfigArgs(
+                    enabled=True, enable_legacy_lustre_port=True
+                ),
+            ),
+            release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
+            min_master_version=args.gke_version,
+            # Node pools are managed below; the default pool only exists while the cluster is created.
+            remove_default_node_pool=True,
+            initial_node_count=1,
+            node_config=gcp.container.ClusterNodeConfigArgs(
+                service_account=self.node_service_account.email, oauth_scopes=[CLOUD_PLATFORM_SCOPE]
+            ),
+            deletion_protection=args.deletion_protection,
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["nodeConfig", "initialNodeCount"]),
+        )
+
+        self.cpu_pool = gcp.container.NodePool(
+            f"{name}-cpu",
+            name=CPU_POOL_NAME,
+            project=args.project,
+            cluster=self.cluster.id,
+            location=args.region,
+            # The head sits in the GPU zone, beside the workers and the zonal Lustre instance.
+            node_locations=[args.zone],
+            initial_node_count=args.cpu_min_nodes,
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(
+                total_min_node_count=args.cpu_min_nodes,
+                total_max_node_count=args.cpu_max_nodes,
+                location_policy="BALANCED",
+            ),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            node_config=gcp.container.NodePoolNodeConfigArgs(
+                machine_type=args.cpu_machine_type,
+                disk_type="pd-balanced",
+                disk_size_gb=500,  # the NeMo RL image is tens of GB
+                service_account=self.node_service_account.email,
+                oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+                workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+                    mode="GKE_METADATA"
+                ),
+            ),
+            # Nodes pull images and write logs with these roles from their first boot.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=self.node_roles, ignore_changes=AUTOSCALED_FIELDS),
+        )
+
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(
+                self.cluster.name, self.cluster.endpoint, self.cluster.master_auth.cluster_ca_certificate
+            ).apply(lambda parts: build_kubeconfig(str(parts[0]), str(parts[1]), str(parts[2])))
+        )
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=self.kubeconfig,
+            enable_server_side_apply=True,
+            opts=child,
+        )
+
+        self.register_outputs(
+            {
+                "clusterName": self.cluster.name,
+                "location": self.cluster.location,
+                "cpuPool": self.cpu_pool.name,
+                "nodeServiceAccount": self.node_service_account.email,
+                "kubeconfig": self.kubeconfig,
+            }
+        )

@@ -1,0 +1,113 @@
+"""The GPU node pool: 8-GPU A3 Ultra or A4 nodes with a gVNIC and 8 RDMA NICs, provisioned as configured."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+
+from infra.cluster import AUTOSCALED_FIELDS, CLOUD_PLATFORM_SCOPE, GkeCluster
+from infra.network import Networks
+from infra.presets import GpuPreset
+
+GPU_POOL_NAME = "gpu-pool"
+RESERVATION_KEY = "compute.googleapis.com/reservation-name"
+
+
+@dataclass(frozen=True)
+class GpuNodePoolArgs:
+    project: str
+    region: str
+    zone: str
+    preset: GpuPreset
+    max_nodes: int
+    provisioning: str  # reservation | spot | flexStart
+    reservation: str | None
+    cluster: GkeCluster
+    networks: Networks
+
+
+def provisioning_config(provisioning: str, reservation: str | None) -> dict[str, object]:
+    """Node-config fields for each way of getting GPUs. Pure, so each mode is tested on its own."""
+    if provisioning == "reservation":
+        return {
+            "reservation_affinity": gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+                consume_reservation_type="SPECIFIC_RESERVATION", key=RESERVATION_KEY, values=[reservation or ""]
+            )
+        }
+    no_reservation = gcp.container.NodePoolNodeConfigReservationAffinityArgs(consume_reservation_type="NO_RESERVATION")
+    if provisioning == "spot":
+        return {"spot": True, "reservation_affinity": no_reservation}
+    if provisioning == "flexStart":
+        return {"flex_start": True, "reservation_affinity": no_reservation}
+    raise ValueError(f"unknown GPU provisioning mode {provisioning!r}")
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    """Autoscaled from zero: nodes exist only while Ray workers need them."""
+
+    pool: gcp.container.NodePool
+
+    def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("nemo-rl-gke:infra:GpuNodePool", name, None, opts)
+        preset, networks = args.preset, args.networks
+
+        # NIC order matters: eth1 is the gVNIC, eth2..eth9 the RDMA NICs in GPU order (pods name them so).
+        additional_networks = [
+            gcp.container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs(
+                network=networks.gvnic_network.name, subnetwork=networks.gvnic_subnet.name
+            )
+        ] + [
+            gcp.container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs(
+                network=networks.rdma_network.name, subnetwork=subnet.name
+            )
+            for subnet in networks.rdma_subnets
+        ]
+
+        self.pool = gcp.container.NodePool(
+            name,
+            name=GPU_POOL_NAME,
+            project=args.project,
+            cluster=args.cluster.cluster.id,
+            location=args.region,
+            node_locations=[args.zone],
+            initial_node_count=0,
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(
+                total_min_node_count=0,
+                total_max_node_count=args.max_nodes,
+                # ANY takes whatever capacity exists (and is what flex-start requires).
+                location_policy="ANY",
+            ),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            # Reserved capacity has no room for a surge node: upgrade one node at a time in place.
+            upgrade_settings=gcp.container.NodePoolUpgradeSettingsArgs(max_surge=0, max_unavailable=1),
+            network_config=gcp.container.NodePoolNetworkConfigArgs(
+                additional_node_network_configs=additional_networks
+            ),
+            node_config=gcp.container.NodePoolNodeConfigArgs(
+                machine_type=preset.machine_type,
+                guest_accelerators=[
+                    gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
+                        type=preset.gpu_type,
+                        count=preset.gpus_per_node,
+                        gpu_driver_installation_config=gcp.container.NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(
+                            gpu_driver_version="DEFAULT"
+                        ),
+                    )
+                ],
+                gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+                disk_type=preset.boot_disk_type,
+                disk_size_gb=500,
+                service_account=args.cluster.node_service_account.email,
+                oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+                workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+                    mode="GKE_METADATA"
+                ),
+                **provisioning_config(args.provisioning, args.reservation),  # type: ignore[arg-type]
+            ),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=args.cluster.node_roles, ignore_changes=AUTOSCALED_FIELDS
+            ),
+        )
+        self.register_outputs({"name": self.pool.name, "machineType": preset.machine_type})

@@ -1,0 +1,85 @@
+"""Managed Lustre on the cluster VPC, reached through private services access."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+
+from infra.settings import LustreSettings
+
+
+@dataclass(frozen=True)
+class LustreArgs:
+    instance_id: str
+    project: str
+    zone: str
+    settings: LustreSettings
+    peering_range: str  # a /20 for private services access
+    network_id: pulumi.Input[str]  # the cluster VPC, as projects/{p}/global/networks/{n}
+    protect: bool
+
+
+def lustre_ip(mount_point: str) -> str:
+    """The server address in a Lustre mount point such as '10.32.0.2@tcp:/lustrefs'."""
+    return mount_point.split("@", 1)[0]
+
+
+class ManagedLustre(pulumi.ComponentResource):
+    """Depends on the VPC and its peering only, never on the cluster: it takes far longer than GKE, so
+    both are created side by side."""
+
+    instance: gcp.lustre.Instance
+
+    def __init__(self, name: str, args: LustreArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("nemo-rl-gke:infra:ManagedLustre", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        peering = ipaddress.ip_network(args.peering_range)
+
+        self.peering_range = gcp.compute.GlobalAddress(
+            f"{name}-range",
+            name=f"{args.instance_id}-range",
+            project=args.project,
+            purpose="VPC_PEERING",
+            address_type="INTERNAL",
+            address=str(peering.network_address),
+            prefix_length=peering.prefixlen,
+            network=args.network_id,
+            opts=child,
+        )
+        # REMOVE_PEERING: plain DELETE fails while the producer still holds the range, and ABANDON leaves a
+        # peering behind that then blocks deleting the VPC. Removing the peering lets destroy run to the end.
+        self.peering = gcp.servicenetworking.Connection(
+            f"{name}-peering",
+            network=args.network_id,
+            service="servicenetworking.googleapis.com",
+            reserved_peering_ranges=[self.peering_range.name],
+            deletion_policy="REMOVE_PEERING",
+            opts=child,
+        )
+        self.instance = gcp.lustre.Instance(
+            name,
+            instance_id=args.instance_id,
+            project=args.project,
+            location=args.zone,
+            network=args.network_id,
+            capacity_gib=str(args.settings.capacity_gib),
+            per_unit_storage_throughput=str(args.settings.throughput_mbps_per_tib),
+            filesystem=args.settings.filesystem,
+            gke_support_enabled=True,
+            # The instance can only be created once the peering exists; nothing carries that as data.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.peering], protect=args.protect),
+        )
+        self.ip = self.instance.mount_point.apply(lustre_ip)
+
+        self.register_outputs(
+            {
+                "instanceId": self.instance.instance_id,
+                "ip": self.ip,
+                "filesystem": self.instance.filesystem,
+                "mountPoint": self.instance.mount_point,
+                "capacityGib": self.instance.capacity_gib,
+            }
+        )

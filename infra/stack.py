@@ -1,0 +1,102 @@
+"""Wires the infra settings into components. __main__ calls build_infra; tests and the planner do too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from infra.cluster import ClusterArgs, GkeCluster
+from infra.gpu_pool import GpuNodePool, GpuNodePoolArgs
+from infra.lustre import LustreArgs, ManagedLustre
+from infra.network import Networks, NetworksArgs
+from infra.settings import InfraSettings
+
+
+@dataclass
+class Infra:
+    networks: Networks
+    cluster: GkeCluster
+    gpu_pool: GpuNodePool
+    lustre: ManagedLustre
+
+
+def build_infra(settings: InfraSettings) -> Infra:
+    networks = Networks(
+        "networks",
+        NetworksArgs(
+            name_prefix=settings.cluster_name,
+            project=settings.project,
+            region=settings.region,
+            zone=settings.zone,
+            ranges=settings.ranges,
+        ),
+    )
+    # Lustre needs only the VPC: it builds while the cluster does.
+    lustre = ManagedLustre(
+        "lustre",
+        LustreArgs(
+            instance_id=settings.lustre_instance_id,
+            project=settings.project,
+            zone=settings.zone,
+            settings=settings.lustre,
+            peering_range=settings.ranges.lustre_peering,
+            network_id=networks.cluster_network.id,
+            protect=settings.protect_data,
+        ),
+    )
+    cluster = GkeCluster(
+        "gke",
+        ClusterArgs(
+            name=settings.cluster_name,
+            project=settings.project,
+            region=settings.region,
+            zone=settings.zone,
+            gke_version=settings.gke_version,
+            release_channel=settings.release_channel,
+            deletion_protection=settings.deletion_protection,
+            cpu_machine_type=settings.cpu_machine_type,
+            cpu_min_nodes=settings.cpu_pool_min_nodes,
+            cpu_max_nodes=settings.cpu_pool_max_nodes,
+            networks=networks,
+        ),
+    )
+    gpu_pool = GpuNodePool(
+        "gpu",
+        GpuNodePoolArgs(
+            project=settings.project,
+            region=settings.region,
+            zone=settings.zone,
+            preset=settings.preset,
+            max_nodes=settings.gpu_nodes,
+            provisioning=settings.gpu_provisioning,
+            reservation=settings.reservation,
+            cluster=cluster,
+            networks=networks,
+        ),
+    )
+    return Infra(networks=networks, cluster=cluster, gpu_pool=gpu_pool, lustre=lustre)
+
+
+def export_infra(settings: InfraSettings, infra: Infra) -> None:
+    """Stack outputs the workloads and the job stack read. Names are a contract: change them with care."""
+    pulumi.export("project", settings.project)
+    pulumi.export("region", settings.region)
+    pulumi.export("zone", settings.zone)
+    pulumi.export("clusterName", infra.cluster.cluster.name)
+    pulumi.export("clusterLocation", infra.cluster.cluster.location)
+    pulumi.export("kubeconfig", infra.cluster.kubeconfig)
+    pulumi.export("clusterNetwork", infra.networks.cluster_network.name)
+    pulumi.export("gvnicNetwork", infra.networks.gvnic_network.name)
+    pulumi.export("rdmaNetwork", infra.networks.rdma_network.name)
+    pulumi.export("rdmaSubnets", [subnet.name for subnet in infra.networks.rdma_subnets])
+    pulumi.export("lustreInstanceId", infra.lustre.instance.instance_id)
+    pulumi.export("lustreIp", infra.lustre.ip)
+    pulumi.export("lustreFilesystem", infra.lustre.instance.filesystem)
+    pulumi.export("lustreMountPoint", infra.lustre.instance.mount_point)
+    pulumi.export("lustreCapacityGib", settings.lustre.capacity_gib)
+    pulumi.export("lustreThroughputMbpsPerTib", settings.lustre.throughput_mbps_per_tib)
+    pulumi.export("gpuType", settings.preset.gpu_type)
+    pulumi.export("gpuMachineType", settings.preset.machine_type)
+    pulumi.export("gpuNodes", settings.gpu_nodes)
+    pulumi.export("rayWorkerReplicas", settings.ray_worker_replicas)

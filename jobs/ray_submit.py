@@ -1,0 +1,561 @@
+"""Submit a command to a Ray cluster as a Ray Job, idempotently, and wait for it.
+
+Usage::
+
+    python jobs/ray_submit.py --address http://HOST:8265 --submission-id ID \\
+        [--connect-timeout SECONDS] [--runtime-env-json JSON] -- ENTRYPOINT...
+
+The submitter is meant to run as the only container of a Kubernetes Job whose pod may be deleted or restarted at
+any moment. Every run with the same ``--submission-id`` converges on one and the same Ray job:
+
+* The Ray Jobs API is polled (``GET /api/version``) with a short backoff until it answers. If it has not answered
+  after ``--connect-timeout`` seconds (default 600) the submitter gives up with exit code 4.
+* If no job with that submission id exists, the words after ``--`` are joined shell-safely (each argument stays
+  one word) and submitted under that id, with the optional runtime environment from ``--runtime-env-json``.
+* If the job exists and is PENDING or RUNNING, the submitter attaches to it instead of submitting again.
+* If two submitters race, Ray accepts only one submission; the other one's submit is answered "already exists"
+  and it attaches to the winner's job. There is never more than one Ray job per submission id.
+* While attached, the job's logs are streamed to stdout and the job's status is polled. A final line such as
+  ``ray_submit: job ID SUCCEEDED`` states the outcome.
+
+An id that already finished before this submitter started:
+
+* SUCCEEDED: nothing is run again; the submitter says so and exits 0.
+* FAILED or STOPPED: Ray never accepts a second submission under an id it has seen, so the earlier attempt cannot
+  be retried under the same id. The submitter reports the earlier outcome with its exit code (1 or 3) and tells
+  the user how to retry: choose a new run name (hence a new submission id), or remove the old record with
+  ``ray job delete ID`` and start again. A restarted pod therefore reproduces the earlier result instead of
+  silently running the workload a second time.
+
+Log streaming uses the client's websocket tail (``tail_job_logs``), which replays a job's log from its beginning
+and then follows it. A count of the characters already written is kept, so when the stream has to be reopened
+(the head's connection dropped) the replayed part is skipped and nothing is printed twice. Only if the stream
+cannot deliver the end of the log after the job finished is the whole log fetched once to print the missing tail.
+
+Signals: SIGTERM (pod deletion) and SIGINT make the submitter exit at once (codes 143 and 130) WITHOUT stopping
+the Ray job. The job belongs to the Ray cluster and outlives the submitter pod; a restarted pod with the same
+submission id re-attaches to it. To stop a job use ``ray job stop ID``.
+
+Secrets: the values of ``env_vars`` in the runtime environment are never printed; only their names are. Messages
+that come back from Ray are scrubbed of those values before they are printed. (The job's own log output is
+printed as the job wrote it.)
+
+Exit codes: 0 succeeded, 1 failed (or rejected by Ray), 2 usage error, 3 stopped, 4 Ray unreachable (also when
+the connection is lost for longer than ``--connect-timeout`` while waiting), 130/143 interrupted by a signal.
+Unlike ``ray job submit``, a stopped job does not exit 0.
+
+Only the standard library and Ray's own job submission client are used; Python 3.10 or newer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shlex
+import signal
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+if TYPE_CHECKING:
+    from ray.job_submission import JobDetails, JobSubmissionClient
+
+EXIT_SUCCEEDED = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_STOPPED = 3
+EXIT_UNREACHABLE = 4
+EXIT_SIGINT = 128 + signal.SIGINT
+EXIT_SIGTERM = 128 + signal.SIGTERM
+
+PREFIX = "ray_submit:"
+DEFAULT_CONNECT_TIMEOUT_S = 600.0
+# Per-request limits for every HTTP call (connect, read), so that a silently vanished head cannot hang us.
+REQUEST_TIMEOUT_S = (10.0, 60.0)
+PROBE_TIMEOUT_S = 5.0
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 5.0
+STATUS_POLL_S = 2.0
+# After the job reached a final status: how long the log stream may take to deliver the rest of the log.
+LOG_DRAIN_S = 15.0
+# A secret shorter than this is not scrubbed from messages (it would mangle ordinary words and numbers).
+MIN_SCRUB_LEN = 4
+
+SUBMISSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+
+T = TypeVar("T")
+
+
+class UsageError(Exception):
+    """Bad command line; exit code 2."""
+
+
+class Unreachable(Exception):
+    """The Ray Jobs API did not answer for longer than the connect timeout; exit code 4."""
+
+
+class Rejected(Exception):
+    """Ray refused the submission for a reason other than a duplicate id; exit code 1."""
+
+
+class Vanished(Exception):
+    """The job we were waiting for no longer exists on the cluster; exit code 1."""
+
+
+class Output:
+    """Serialises everything written to stdout; our own messages always start on a fresh line."""
+
+    def __init__(self, secrets: Sequence[str] = ()) -> None:
+        # Re-entrant: the signal handler may speak while the main thread is inside a write.
+        self._lock = threading.RLock()
+        self._at_line_start = True
+        self._secrets = sorted({s for s in secrets if len(s) >= MIN_SCRUB_LEN}, key=len, reverse=True)
+
+    def scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def log(self, chunk: str) -> None:
+        """Write job log text exactly as received."""
+        if not chunk:
+            return
+        with self._lock:
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+            self._at_line_start = chunk.endswith("\n")
+
+    def say(self, message: str) -> None:
+        """Write one message of ours, prefixed and scrubbed of secret values."""
+        with self._lock:
+            lead = "" if self._at_line_start else "\n"
+            sys.stdout.write(f"{lead}{PREFIX} {self.scrub(message)}\n")
+            sys.stdout.flush()
+            self._at_line_start = True
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Command line
+
+
+def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict[str, Any] | None]:
+    """Split ``argv`` at the first ``--``; return options, entrypoint words and the runtime env (or None)."""
+    argv = list(argv)
+    if "--" in argv:
+        cut = argv.index("--")
+        own, entrypoint = argv[:cut], argv[cut + 1 :]
+    else:
+        own, entrypoint = argv, []
+
+    parser = argparse.ArgumentParser(
+        prog="ray_submit.py",
+        description="Submit (or re-attach to) a Ray job under a fixed submission id and wait for it.",
+        usage="%(prog)s --address http://HOST:8265 --submission-id ID [--connect-timeout SECONDS] "
+        "[--runtime-env-json JSON] -- ENTRYPOINT...",
+    )
+    parser.add_argument("--address", required=True, help="Ray dashboard / Jobs API URL, e.g. http://head:8265")
+    parser.add_argument("--submission-id", required=True, help="Ray submission id; the same id re-attaches")
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=DEFAULT_CONNECT_TIMEOUT_S,
+        help="seconds to wait for the Jobs API, and longest tolerated outage while waiting (default: 600)",
+    )
+    parser.add_argument("--runtime-env-json", default=None, help="Ray runtime environment as a JSON object")
+    args = parser.parse_args(own)  # exits 2 on unknown or missing flags
+
+    try:
+        if not entrypoint:
+            raise UsageError("no entrypoint: give the command to run after '--'")
+        if not re.match(r"https?://[^/\s]+", args.address):
+            raise UsageError(f"--address must be an http:// or https:// URL, got {args.address!r}")
+        if not SUBMISSION_ID_RE.fullmatch(args.submission_id):
+            raise UsageError(
+                "--submission-id must be 1-255 characters of letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit"
+            )
+        if not args.connect_timeout > 0:
+            raise UsageError("--connect-timeout must be a positive number of seconds")
+        runtime_env = parse_runtime_env(args.runtime_env_json)
+    except UsageError as exc:
+        parser.error(str(exc))  # prints usage and exits 2
+    args.address = args.address.rstrip("/")
+    return args, entrypoint, runtime_env
+
+
+def parse_runtime_env(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        # The exception text quotes no input beyond a position, so no secret can leak through it.
+        raise UsageError(f"--runtime-env-json is not valid JSON ({exc.msg} at position {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise UsageError("--runtime-env-json must be a JSON object")
+    env_vars = value.get("env_vars")
+    if env_vars is not None and not (isinstance(env_vars, dict) and all(isinstance(v, str) for v in env_vars.values())):
+        raise UsageError("--runtime-env-json: env_vars must be an object of string values")
+    return value
+
+
+def secret_values(runtime_env: dict[str, Any] | None) -> list[str]:
+    if not runtime_env:
+        return []
+    env_vars = runtime_env.get("env_vars") or {}
+    return [v for v in env_vars.values() if isinstance(v, str)]
+
+
+def describe_runtime_env(runtime_env: dict[str, Any]) -> str:
+    """Names of the fields (and of env vars), never values."""
+    parts = []
+    for key in sorted(runtime_env):
+        if key == "env_vars":
+            parts.append(f"env_vars=[{', '.join(sorted(runtime_env['env_vars'] or {}))}]")
+        else:
+            parts.append(key)
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Talking to Ray
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors that mean "the API is (temporarily) not answering", as opposed to a definite answer."""
+    if isinstance(exc, OSError):  # builtin ConnectionError, requests' RequestException, socket timeouts
+        return True
+    text = str(exc)
+    if isinstance(exc, RuntimeError) and "already exists" not in text:
+        return re.search(r"status code 5\d\d", text) is not None
+    return False
+
+
+def is_duplicate(exc: BaseException) -> bool:
+    return "already exists" in str(exc)
+
+
+def is_not_found(exc: BaseException) -> bool:
+    text = str(exc)
+    return "status code 404" in text or "does not exist" in text
+
+
+class Outage:
+    """Tracks how long the API has been failing in a row; raises Unreachable past the limit."""
+
+    def __init__(self, limit_s: float, address: str, out: Output, clock: Callable[[], float] = time.monotonic):
+        self.limit_s = limit_s
+        self.address = address
+        self._out = out
+        self._clock = clock
+        self._since: float | None = None
+        self._delay = BACKOFF_FIRST_S
+        self.failures = 0  # failed calls in total
+
+    def ok(self) -> None:
+        if self._since is not None:
+            self._out.say(f"Ray at {self.address} answers again")
+        self._since = None
+        self._delay = BACKOFF_FIRST_S
+
+    def failed(self, exc: BaseException, doing: str) -> float:
+        """Record a failure; return how long to back off, or raise Unreachable when the outage is too long."""
+        now = self._clock()
+        self.failures += 1
+        if self._since is None:
+            self._since = now
+            self._out.say(f"Ray at {self.address} is not answering ({doing}: {short(exc)}); retrying")
+        if now - self._since >= self.limit_s:
+            raise Unreachable(
+                f"Ray Jobs API at {self.address} did not answer for {self.limit_s:g} s ({doing}: {short(exc)})"
+            )
+        delay = min(self._delay, max(0.0, self._since + self.limit_s - now))
+        self._delay = min(self._delay * 2, BACKOFF_MAX_S)
+        return delay
+
+    def call(self, fn: Callable[[], T], doing: str) -> T:
+        """Run ``fn`` until it succeeds or fails with a non-transient error, within the outage limit."""
+        while True:
+            try:
+                result = fn()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                time.sleep(self.failed(exc, doing))
+            else:
+                self.ok()
+                return result
+
+
+def short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[-1] if text else ''}"[:300]
+
+
+def probe_version(address: str) -> None:
+    """One GET /api/version; raises OSError (or RuntimeError for a non-Ray answer) unless the Jobs API answers."""
+    with urllib.request.urlopen(f"{address}/api/version", timeout=PROBE_TIMEOUT_S) as resp:
+        body = json.loads(resp.read().decode("utf-8", "replace") or "{}")
+    if "ray_version" not in body:
+        raise RuntimeError(f"status code 503: {address}/api/version answered without a ray_version")
+
+
+def make_client(address: str) -> JobSubmissionClient:
+    """A JobSubmissionClient whose HTTP requests all carry a timeout (Ray's own client sets none)."""
+    from ray.job_submission import JobSubmissionClient
+
+    class TimedClient(JobSubmissionClient):
+        def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:
+            kwargs.setdefault("timeout", REQUEST_TIMEOUT_S)
+            return super()._do_request(method, endpoint, **kwargs)
+
+    return TimedClient(address)
+
+
+def connect(address: str, outage: Outage) -> JobSubmissionClient:
+    def attempt() -> JobSubmissionClient:
+        try:
+            probe_version(address)
+        except urllib.error.HTTPError as exc:  # an HTTP answer, but not the Jobs API (yet): keep waiting
+            raise RuntimeError(f"status code 503: {address}/api/version answered HTTP {exc.code}") from None
+        except ValueError as exc:  # not JSON
+            raise RuntimeError(f"status code 503: {address}/api/version answered non-JSON ({exc})") from None
+        return make_client(address)
+
+    return outage.call(attempt, "waiting for the Jobs API")
+
+
+def lookup(client: JobSubmissionClient, submission_id: str) -> JobDetails | None:
+    """The job with this submission id, or None if Ray has no such job."""
+    try:
+        info = client.get_job_info(submission_id)
+    except RuntimeError as exc:
+        if is_not_found(exc) and not is_transient(exc):
+            return None
+        raise
+    if info.submission_id != submission_id:  # matched a driver job id, not our submission id
+        return None
+    return info
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Following a job
+
+
+class LogFollower:
+    """Streams a job's log to stdout through the websocket tail; reopening the stream never repeats text."""
+
+    def __init__(self, client: JobSubmissionClient, submission_id: str, out: Output) -> None:
+        self._client = client
+        self._id = submission_id
+        self._out = out
+        self.written = 0  # characters of the log already written
+        self.complete = False  # the stream ended by itself after the job finished
+
+    def write_from(self, offset: int, chunk: str) -> None:
+        """``chunk`` sits at ``offset`` in the log; write only the part beyond what was written."""
+        end = offset + len(chunk)
+        if end > self.written:
+            self._out.log(chunk[max(0, self.written - offset) :])
+            self.written = end
+
+    async def follow_once(self) -> None:
+        offset = 0
+        async for chunk in self._client.tail_job_logs(self._id):
+            self.write_from(offset, chunk)
+            offset += len(chunk)
+
+    async def run(self) -> None:
+        """Keep the stream open until cancelled; returns when the stream ends by itself."""
+        delay = BACKOFF_FIRST_S
+        warned = False
+        while True:
+            try:
+                await self.follow_once()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not warned:
+                    self._out.say(f"log stream interrupted ({short(exc)}); reopening it")
+                    warned = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX_S)
+
+    def catch_up(self, full_log: str) -> None:
+        self.write_from(0, full_log)
+
+
+async def watch(client: JobSubmissionClient, submission_id: str, outage: Outage, out: Output) -> JobDetails:
+    """Stream logs and poll the status until the job reaches a final status; return its final details."""
+    follower = LogFollower(client, submission_id, out)
+    failures_before = outage.failures
+    tail: asyncio.Task[None] = asyncio.create_task(follower.run())
+    try:
+        while True:
+            info = await asyncio.to_thread(outage.call, lambda: lookup(client, submission_id), "polling job status")
+            if info is None:
+                raise Vanished(
+                    f"job {submission_id} no longer exists on the Ray cluster (deleted, or the head restarted "
+                    "without keeping its job table)"
+                )
+            if info.status.is_terminal():
+                break
+            if tail.done():  # the stream closed while the job still runs: reopen it (replay is skipped)
+                tail = asyncio.create_task(follower.run())
+                await asyncio.sleep(STATUS_POLL_S)
+            else:  # wake early when the stream ends, which it does once the job has finished
+                await asyncio.wait([tail], timeout=STATUS_POLL_S)
+
+        if not tail.done():
+            await asyncio.wait([tail], timeout=LOG_DRAIN_S)
+        streamed_to_end = tail.done() and not tail.cancelled() and tail.exception() is None
+        # After an outage the stream may have been cut short without an error: check against the whole log.
+        if not streamed_to_end or outage.failures > failures_before:
+            try:
+                full = await asyncio.to_thread(client.get_job_logs, submission_id)
+            except Exception as exc:
+                out.say(f"could not fetch the rest of the log ({short(exc)})")
+            else:
+                follower.catch_up(full)
+        return info
+    finally:
+        tail.cancel()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Main flow
+
+
+def retry_advice(submission_id: str) -> str:
+    return (
+        f"Ray will not run submission id {submission_id} again. To retry, start a run with a new run name "
+        f"(a new submission id), or delete the old record first with `ray job delete {submission_id}`."
+    )
+
+
+def first_line(message: str | None) -> str:
+    """Ray's failure message ends with the last log lines, which were streamed already: keep its first clause."""
+    if not message:
+        return ""
+    line = message.strip().splitlines()[0] if message.strip() else ""
+    return line.split(", last available logs")[0].rstrip(":")
+
+
+def outcome(info: JobDetails, submission_id: str, out: Output, earlier: bool) -> int:
+    from ray.job_submission import JobStatus
+
+    status = info.status
+    detail = first_line(info.message)
+    when = " in an earlier attempt" if earlier else ""
+    if status == JobStatus.SUCCEEDED:
+        if earlier:
+            out.say(f"job {submission_id} already SUCCEEDED in an earlier attempt; nothing was run again")
+        out.say(f"job {submission_id} SUCCEEDED")
+        return EXIT_SUCCEEDED
+    if status == JobStatus.STOPPED:
+        if detail:
+            out.say(f"Ray says: {detail}")
+        out.say(retry_advice(submission_id))
+        out.say(f"job {submission_id} STOPPED{when}")
+        return EXIT_STOPPED
+    if detail:
+        out.say(f"Ray says: {detail}")
+    out.say(retry_advice(submission_id))
+    code = f" (driver exit code {info.driver_exit_code})" if info.driver_exit_code is not None else ""
+    out.say(f"job {submission_id} FAILED{when}{code}")
+    return EXIT_FAILED
+
+
+def run(args: argparse.Namespace, entrypoint_words: list[str], runtime_env: dict[str, Any] | None, out: Output) -> int:
+    sid = args.submission_id
+    entrypoint = shlex.join(entrypoint_words)
+    outage = Outage(args.connect_timeout, args.address, out)
+
+    out.say(f"connecting to the Ray Jobs API at {args.address} (waiting up to {args.connect_timeout:g} s)")
+    client = connect(args.address, outage)
+
+    attached = False  # True once this process submitted the job or found it unfinished
+    while True:
+        info = outage.call(lambda: lookup(client, sid), "looking up the job")
+        if info is None:
+            out.say(f"submitting job {sid}: {entrypoint}")
+            if runtime_env is not None:
+                out.say(f"runtime env: {describe_runtime_env(runtime_env)}")
+            try:
+                client.submit_job(entrypoint=entrypoint, submission_id=sid, runtime_env=runtime_env)
+            except Exception as exc:
+                if is_duplicate(exc):
+                    out.say(f"job {sid} was submitted by another submitter at the same time; attaching to it")
+                    attached = True
+                    continue
+                if isinstance(exc, OSError) or "No available agent" in str(exc):
+                    # Unknown whether Ray recorded the job: the next lookup tells.
+                    time.sleep(outage.failed(exc, "submitting the job"))
+                    continue
+                raise Rejected(f"Ray rejected job {sid}: {short(exc)}") from None
+            outage.ok()
+            attached = True
+            continue
+
+        if info.status.is_terminal() and not attached:
+            return outcome(info, sid, out, earlier=True)
+        if not attached:
+            out.say(f"job {sid} exists and is {info.status}; attaching to it instead of submitting again")
+            attached = True
+        out.say(f"streaming the logs of job {sid}")
+        final = asyncio.run(watch(client, sid, outage, out))
+        return outcome(final, sid, out, earlier=False)
+
+
+def install_signal_handlers(out: Output, submission_id: str) -> None:
+    """Leave at once on SIGTERM/SIGINT; the Ray job is deliberately not stopped."""
+
+    def leave(signum: int, _frame: object) -> NoReturn:
+        name = signal.Signals(signum).name
+        try:
+            out.say(
+                f"received {name}; exiting WITHOUT stopping Ray job {submission_id} (run again with the same "
+                "--submission-id to re-attach, or `ray job stop` it)"
+            )
+        finally:
+            os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
+    signal.signal(signal.SIGINT, leave)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, entrypoint, runtime_env = parse_args(sys.argv[1:] if argv is None else argv)
+    out = Output(secret_values(runtime_env))
+    install_signal_handlers(out, args.submission_id)
+    try:
+        import ray.job_submission  # noqa: F401  (fail early and clearly if Ray's client is missing)
+    except ImportError as exc:
+        out.say(f"Ray's job submission client is not importable ({exc}); install ray[default]")
+        return EXIT_USAGE
+    try:
+        return run(args, entrypoint, runtime_env, out)
+    except Unreachable as exc:
+        out.say(f"{exc}")
+        out.say(f"job {args.submission_id}: Ray unreachable at {args.address}")
+        return EXIT_UNREACHABLE
+    except Rejected as exc:
+        out.say(f"{exc}")
+        out.say(f"job {args.submission_id} FAILED (not accepted)")
+        return EXIT_FAILED
+    except Vanished as exc:
+        out.say(f"{exc}")
+        out.say(f"job {args.submission_id} FAILED (vanished)")
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

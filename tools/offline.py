@@ -1,0 +1,291 @@
+"""Run a Pulumi program offline, under Pulumi's mocks, the way `pulumi up` would: no CLI, no cloud.
+
+Used by the tests and by `make plan`. It applies the `config:` defaults of Pulumi.yaml the way the CLI does,
+fakes what the clouds compute (ids, endpoints, emails, the Lustre mount point), answers StackReferences, and
+records for every resource its inputs, parent, dependencies, provider and options.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from google.protobuf import json_format
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime.config import set_all_config
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+SECRET_SIG_KEY = "4dabf18193072939515e22adb298388d"
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+REDACTED = "[secret]"
+
+
+@dataclass
+class Registered:
+    """One resource as the engine would receive it."""
+
+    urn: str
+    type: str
+    name: str
+    parent: str
+    inputs: dict[str, Any]  # secrets unwrapped, for assertions
+    raw_inputs: dict[str, Any]  # as sent, secrets still wrapped: what state would hold
+    dependencies: list[str]
+    property_dependencies: dict[str, list[str]]
+    provider: str
+    protect: bool
+    ignore_changes: list[str]
+    custom: bool
+
+
+@dataclass
+class ProgramRun:
+    resources: list[Registered]
+    outputs: dict[str, Any]
+    secret_outputs: set[str]
+    logs: list[str] = field(default_factory=list)
+
+    def of_type(self, type_: str) -> list[Registered]:
+        return [r for r in self.resources if r.type == type_]
+
+    def one(self, type_: str, name: str | None = None) -> Registered:
+        found = [r for r in self.of_type(type_) if name is None or r.name == name]
+        if len(found) != 1:
+            raise AssertionError(f"expected one {type_} {name or ''}, found {[r.name for r in found]}")
+        return found[0]
+
+    def by_urn(self, urn: str) -> Registered:
+        return next(r for r in self.resources if r.urn == urn)
+
+    def depends_on(self, resource: Registered, other: Registered) -> bool:
+        """True if `resource` waits for `other`, directly or through any chain of dependencies or parents."""
+        seen: set[str] = set()
+        todo = [resource.urn]
+        while todo:
+            urn = todo.pop()
+            if urn in seen:
+                continue
+            seen.add(urn)
+            current = next((r for r in self.resources if r.urn == urn), None)
+            if current is None:
+                continue
+            nexts = list(current.dependencies)
+            for deps in current.property_dependencies.values():
+                nexts += deps
+            if other.urn in nexts:
+                return True
+            todo += nexts
+        return False
+
+
+def _ca() -> str:
+    return "TU9DSy1DQS1DRVJUSUZJQ0FURQ=="  # base64 of a placeholder, never a real certificate
+
+
+class CloudMocks(pulumi_mocks.Mocks):
+    """Computes the outputs the real providers would, from the inputs, so that data flows as in `pulumi up`."""
+
+    def __init__(self, stack_outputs: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self.stack_outputs = stack_outputs or {}
+
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        inputs = dict(args.inputs)
+        typ = args.typ
+        name = inputs.get("name") or args.name
+        project = inputs.get("project", "mock-project")
+        state: dict[str, Any] = {**inputs, "name": name} if "name" in inputs or typ.startswith("gcp:") else dict(inputs)
+        if typ == "pulumi:pulumi:StackReference":
+            ref = str(inputs.get("name") or args.name)
+            outputs = self.stack_outputs.get(ref)
+            if outputs is None:
+                raise ValueError(f"no outputs mocked for stack {ref!r}")
+            return ref, {"name": ref, "outputs": dict(outputs), "secretOutputNames": ["kubeconfig"]}
+        if typ == "gcp:compute/network:Network":
+            state["selfLink"] = f"https://www.googleapis.com/compute/v1/projects/{project}/global/networks/{name}"
+            return f"projects/{project}/global/networks/{name}", state
+        if typ == "gcp:compute/subnetwork:Subnetwork":
+            return f"projects/{project}/regions/{inputs.get('region')}/subnetworks/{name}", state
+        if typ == "gcp:serviceaccount/account:Account":
+            email = f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"
+            state.update(email=email, member=f"serviceAccount:{email}", name=f"projects/{project}/serviceAccounts/{email}")
+            return state["name"], state
+        if typ == "gcp:container/cluster:Cluster":
+            state.update(endpoint="203.0.113.10", masterAuth={"clusterCaCertificate": _ca()})
+            return f"projects/{project}/locations/{inputs.get('location')}/clusters/{name}", state
+        if typ == "gcp:container/nodePool:NodePool":
+            return f"{inputs.get('cluster')}/nodePools/{name}", state
+        if typ == "gcp:lustre/instance:Instance":
+            state["mountPoint"] = f"10.32.0.2@tcp:/{inputs.get('filesystem')}"
+            return f"projects/{project}/locations/{inputs.get('location')}/instances/{inputs.get('instanceId')}", state
+        return f"{args.name}-id", state
+
+    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        return {}, None
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """The mock engine, plus a record of what each registration carried."""
+
+    def __init__(self, mocks: pulumi_mocks.Mocks) -> None:
+        super().__init__(mocks)
+        self.registered: list[Registered] = []
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            raw = json_format.MessageToDict(request.object)
+            self.registered.append(
+                Registered(
+                    urn=response.urn,
+                    type=request.type,
+                    name=request.name,
+                    parent=request.parent,
+                    inputs=_unwrap(raw),
+                    raw_inputs=raw,
+                    dependencies=list(request.dependencies),
+                    property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+                    provider=request.provider,
+                    protect=bool(request.protect),
+                    ignore_changes=list(request.ignoreChanges),
+                    custom=bool(request.custom),
+                )
+            )
+        return response
+
+    def ReadResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        response = super().ReadResource(request)
+        self.registered.append(
+            Registered(
+                urn=response.urn,
+                type=request.type,
+                name=request.name,
+                parent=request.parent,
+                inputs=_unwrap(json_format.MessageToDict(request.properties)),
+                raw_inputs=json_format.MessageToDict(request.properties),
+                dependencies=list(request.dependencies),
+                property_dependencies={},
+                provider=request.provider,
+                protect=False,
+                ignore_changes=[],
+                custom=True,
+            )
+        )
+        return response
+
+
+def _unwrap(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.get(SECRET_SIG_KEY) == SECRET_SIG:
+            return _unwrap(value.get("value"))
+        return {k: _unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unwrap(v) for v in value]
+    return value
+
+
+def plaintext_paths(value: Any, needle: str, path: str = "") -> list[str]:
+    """Where `needle` appears outside a secret wrapper: each such path would be plaintext in the state."""
+    if isinstance(value, dict):
+        if value.get(SECRET_SIG_KEY) == SECRET_SIG:
+            return []
+        return [p for k, v in value.items() for p in plaintext_paths(v, needle, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in plaintext_paths(v, needle, f"{path}[{i}]")]
+    return [path or "."] if isinstance(value, str) and needle in value else []
+
+
+def load_stack_config(project_dir: Path, stack: str) -> tuple[str, dict[str, Any]]:
+    """Project name and the stack's config with Pulumi.yaml defaults applied, as the CLI would: keys are
+    namespaced (`project:key`), declared defaults fill what the stack file leaves out."""
+    project_file = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
+    project = project_file["name"]
+    config: dict[str, Any] = {}
+    for key, declaration in (project_file.get("config") or {}).items():
+        full_key = key if ":" in key else f"{project}:{key}"
+        if isinstance(declaration, dict):
+            if "default" in declaration:
+                config[full_key] = declaration["default"]
+        else:
+            config[full_key] = declaration
+    stack_file = project_dir / f"Pulumi.{stack}.yaml"
+    if not stack_file.exists():
+        raise FileNotFoundError(f"no stack file {stack_file}")
+    for key, value in ((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {}).items():
+        config[key if ":" in key else f"{project}:{key}"] = value
+    return project, config
+
+
+def _config_strings(config: Mapping[str, Any]) -> dict[str, str]:
+    """Pulumi hands programs every value as a string; objects and lists as JSON."""
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        if isinstance(value, (dict, list)):
+            out[key] = json.dumps(value)
+        elif isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        else:
+            out[key] = str(value)
+    return out
+
+
+@contextmanager
+def _program_dir(path: Path) -> Iterator[None]:
+    """Import and cwd as the language host sets them: the program's folder first on sys.path."""
+    old_cwd, old_path = os.getcwd(), list(sys.path)
+    sys.path.insert(0, str(path))
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old_cwd)
+        sys.path[:] = old_path
+
+
+def _resolve(value: Any) -> tuple[Any, bool]:
+    output = pulumi.Output.from_input(value)
+    resolved = _sync_await(output.future(with_unknowns=True))
+    return resolved, bool(_sync_await(output.is_secret()))
+
+
+def run_program(
+    project_dir: Path,
+    config: Mapping[str, Any],
+    *,
+    secrets: Mapping[str, str] | None = None,
+    stack: str = "test",
+    stack_outputs: Mapping[str, Mapping[str, Any]] | None = None,
+) -> ProgramRun:
+    """Run `project_dir/__main__.py` under mocks. `config` is namespaced (`project:key`); `secrets` are set as
+    secret config, as `pulumi config set --secret` would."""
+    project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())["name"]
+    mocks = CloudMocks(stack_outputs)
+    monitor = RecordingMonitor(mocks)
+    pulumi.runtime.settings.ROOT.set(None)
+    pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    all_config = {**_config_strings(config), **{k: str(v) for k, v in (secrets or {}).items()}}
+    set_all_config(all_config, secret_keys=list(secrets or {}))
+
+    def program() -> None:
+        with _program_dir(project_dir):
+            runpy.run_path(str(project_dir / "__main__.py"), run_name="__main__")
+
+    _sync_await(run_pulumi_func(program))
+    root = pulumi.runtime.settings.get_root_resource()
+    outputs: dict[str, Any] = {}
+    secret_outputs: set[str] = set()
+    for name, value in getattr(root, "outputs", {}).items():
+        resolved, is_secret = _resolve(value)
+        outputs[name] = resolved
+        if is_secret:
+            secret_outputs.add(name)
+    return ProgramRun(resources=monitor.registered, outputs=outputs, secret_outputs=secret_outputs)
