@@ -119,7 +119,7 @@ def convert(rows: Iterable[SourceRow]) -> Converted:
         # Prefer an example that shows the separator removal.
         if example is None or ("," in tail and "," not in example[0]):
             example = (tail.strip(), final)
-        out.append({INPUT_KEY: question, OUTPUT_KEY: answer})
+        out.append({INPUT_KEY: question, OUTPUT_KEY: final})
     if errors:
         shown = "\n  ".join(errors[:10])
         more = f"\n  ... and {len(errors) - 10} more" if len(errors) > 10 else ""

@@ -144,7 +144,10 @@ def test_writes_both_splits_from_local_source(tmp_path: Path, no_datasets: Path)
 
     manifest = json.loads((out / "_COMPLETE.json").read_text())
     assert manifest["splits"]["train"]["rows"] == manifest["splits"]["test"]["rows"] == 12
-    assert manifest["source_sha256"] == hashlib.sha256(SAMPLE.read_bytes() + b"\0" + SAMPLE.read_bytes() + b"\0").hexdigest()
+    assert (
+        manifest["source_sha256"]
+        == hashlib.sha256(SAMPLE.read_bytes() + b"\0" + SAMPLE.read_bytes() + b"\0").hexdigest()
+    )
     assert sorted(p.name for p in out.iterdir()) == ["_COMPLETE.json", "test.jsonl", "train.jsonl"]  # no temp files
     assert "train=12, test=12" in result.stdout
     assert "'#### 1,250' -> output '1250'" in result.stdout
@@ -173,6 +176,17 @@ def test_second_run_skips_without_rewriting(tmp_path: Path) -> None:
     assert "skipping" in result.stdout
     # Every write is a rename of a new file, so an unchanged inode and mtime mean nothing was rewritten.
     assert {name: _stat(out / name) for name in names} == before
+
+
+def test_force_rebuilds_a_complete_output(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert run("--output-dir", out, "--source", SAMPLE).returncode == 0
+    before = _stat(out / "train.jsonl")
+
+    result = run("--output-dir", out, "--source", SAMPLE, "--force")
+    assert result.returncode == 0, result.stderr
+    assert "skipping" not in result.stdout and "wrote train=12, test=12" in result.stdout
+    assert _stat(out / "train.jsonl") != before
 
 
 def test_rebuilds_when_manifest_missing(tmp_path: Path) -> None:

@@ -1,0 +1,295 @@
+"""The whole infra program under Pulumi's mocks, for every stack file, as `pulumi up` would run it."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import HF_TOKEN, INFRA_STACKS, ROOT, WANDB_KEY, RunInfra
+
+from infra.settings import ConfigError
+from tools.offline import plaintext_paths
+
+NETWORK = "gcp:compute/network:Network"
+SUBNET = "gcp:compute/subnetwork:Subnetwork"
+CLUSTER = "gcp:container/cluster:Cluster"
+NODE_POOL = "gcp:container/nodePool:NodePool"
+LUSTRE = "gcp:lustre/instance:Instance"
+
+
+def test_networks(stack_run):
+    stack, run = stack_run
+    config = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    zone, project = config["nemo-rl-gke:zone"], config["gcp:project"]
+    networks = {r.inputs["name"]: r for r in run.of_type(NETWORK)}
+    assert len(networks) == 3
+    for network in networks.values():
+        assert network.inputs["autoCreateSubnetworks"] is False  # custom mode
+    rdma = next(n for n in networks.values() if n.name.endswith("-rdma"))
+    assert rdma.inputs["networkProfile"] == f"projects/{project}/global/networkProfiles/{zone}-vpc-roce"
+    assert rdma.inputs["mtu"] == 8896
+
+    subnets = run.of_type(SUBNET)
+    cluster_subnet = next(s for s in subnets if s.name == "networks-cluster")
+    secondary = {r["rangeName"] for r in cluster_subnet.inputs["secondaryIpRanges"]}
+    assert secondary == {"pods", "services"}
+    rdma_network_id = f"projects/{project}/global/networks/{rdma.inputs['name']}"
+    rdma_subnets = [s for s in subnets if s.inputs["network"] == rdma_network_id]
+    assert sorted(s.inputs["ipCidrRange"] for s in rdma_subnets) == sorted(f"192.168.{n}.0/24" for n in range(1, 9))
+    # Parallel: each RDMA subnet waits for the RDMA network and nothing else.
+    for subnet in rdma_subnets:
+        assert subnet.dependencies == [rdma.urn]
+        assert subnet.parent == run.one("nemo-rl-gke:infra:Networks").urn
+
+
+def test_gvnic_firewall_is_internal_only(stack_run):
+    _, run = stack_run
+    firewall = run.one("gcp:compute/firewall:Firewall")
+    assert firewall.inputs["sourceRanges"] == ["192.168.0.0/24"]
+    for cidr in firewall.inputs["sourceRanges"]:
+        assert ipaddress.ip_network(cidr).is_private
+    assert {a["protocol"] for a in firewall.inputs["allows"]} == {"tcp", "udp", "icmp"}
+    gvnic = run.one(NETWORK, "networks-gvnic")
+    assert firewall.inputs["network"].endswith(gvnic.inputs["name"])
+
+
+def test_cluster(stack_run):
+    stack, run = stack_run
+    config = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    cluster = run.one(CLUSTER)
+    inputs = cluster.inputs
+    assert inputs["location"] == config["gcp:region"]
+    assert inputs["workloadIdentityConfig"]["workloadPool"] == f"{config['gcp:project']}.svc.id.goog"
+    assert inputs["datapathProvider"] == "ADVANCED_DATAPATH"
+    assert inputs["enableMultiNetworking"] is True
+    assert inputs["networkingMode"] == "VPC_NATIVE"
+    assert inputs["ipAllocationPolicy"] == {"clusterSecondaryRangeName": "pods", "servicesSecondaryRangeName": "services"}
+    assert inputs["network"].endswith(f"/networks/{config['nemo-rl-gke:clusterName']}-net")
+    addons = inputs["addonsConfig"]
+    assert addons["rayOperatorConfigs"][0]["enabled"] is True
+    assert addons["lustreCsiDriverConfig"] == {"enabled": True, "enableLegacyLustrePort": True}
+    assert inputs["deletionProtection"] is False
+    assert inputs["removeDefaultNodePool"] is True
+    node_sa = run.one("gcp:serviceaccount/account:Account")
+    assert inputs["nodeConfig"]["serviceAccount"].startswith(node_sa.inputs["accountId"] + "@")
+
+
+def test_node_service_account_has_only_node_roles(stack_run):
+    _, run = stack_run
+    roles = {r.inputs["role"] for r in run.of_type("gcp:projects/iAMMember:IAMMember") if "nodes" in r.name}
+    assert roles == {
+        "roles/logging.logWriter",
+        "roles/monitoring.metricWriter",
+        "roles/monitoring.viewer",
+        "roles/stackdriver.resourceMetadata.writer",
+        "roles/artifactregistry.reader",
+    }
+    assert not any("admin" in role or role in ("roles/editor", "roles/owner") for role in roles)
+
+
+def test_cpu_pool(stack_run):
+    stack, run = stack_run
+    pool = run.one(NODE_POOL, "gke-cpu")
+    expected_max = 2 if stack == "dev" else 5
+    assert pool.inputs["autoscaling"]["totalMinNodeCount"] == 1
+    assert pool.inputs["autoscaling"]["totalMaxNodeCount"] == expected_max
+    assert pool.inputs["nodeConfig"]["machineType"] == "n2-highmem-80"
+    assert "guestAccelerators" not in pool.inputs["nodeConfig"]
+    assert set(pool.ignore_changes) >= {"initialNodeCount", "nodeCount"}
+
+
+def test_gpu_pool(stack_run):
+    stack, run = stack_run
+    config = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    gpu_type = config["nemo-rl-gke:gpuType"]
+    pool = run.one(NODE_POOL, "gpu").inputs
+    node = pool["nodeConfig"]
+    assert node["machineType"] == {"nvidia-h200-141gb": "a3-ultragpu-8g", "nvidia-b200": "a4-highgpu-8g"}[gpu_type]
+    accelerator = node["guestAccelerators"][0]
+    assert (accelerator["type"], accelerator["count"]) == (gpu_type, 8)
+    assert accelerator["gpuDriverInstallationConfig"]["gpuDriverVersion"] == "DEFAULT"
+    assert pool["nodeLocations"] == [config["nemo-rl-gke:zone"]]
+    assert pool["autoscaling"]["totalMinNodeCount"] == 0
+    assert pool["autoscaling"]["totalMaxNodeCount"] == int(config["nemo-rl-gke:gpuNodes"])
+    assert node["gvnic"] == {"enabled": True}
+    assert set(run.one(NODE_POOL, "gpu").ignore_changes) >= {"initialNodeCount", "nodeCount"}
+
+
+def test_gpu_pool_networks_in_nic_order(stack_run):
+    stack, run = stack_run
+    prefix = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]["nemo-rl-gke:clusterName"]
+    networks = run.one(NODE_POOL, "gpu").inputs["networkConfig"]["additionalNodeNetworkConfigs"]
+    assert [(n["network"], n["subnetwork"]) for n in networks] == [(f"{prefix}-gvnic-net", f"{prefix}-gvnic-sub")] + [
+        (f"{prefix}-rdma-net", f"{prefix}-rdma-sub-{n}") for n in range(8)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mode", "reservation", "expected"),
+    [
+        (
+            "reservation",
+            "blk-1",
+            {
+                "reservationAffinity": {
+                    "consumeReservationType": "SPECIFIC_RESERVATION",
+                    "key": "compute.googleapis.com/reservation-name",
+                    "values": ["blk-1"],
+                }
+            },
+        ),
+        ("spot", None, {"spot": True, "reservationAffinity": {"consumeReservationType": "NO_RESERVATION"}}),
+        ("flexStart", None, {"flexStart": True, "reservationAffinity": {"consumeReservationType": "NO_RESERVATION"}}),
+    ],
+)
+def test_gpu_provisioning_modes(run_infra: RunInfra, mode, reservation, expected):
+    run = run_infra("h200", {"gpuProvisioning": mode, "reservation": reservation})
+    node = run.one(NODE_POOL, "gpu").inputs["nodeConfig"]
+    for key, value in expected.items():
+        assert node[key] == value
+    others = {"spot", "flexStart"} - set(expected)
+    assert not any(node.get(key) for key in others)
+
+
+def test_lustre(stack_run):
+    stack, run = stack_run
+    config = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    lustre = run.one(LUSTRE)
+    expected_capacity = "9000" if stack == "dev" else "18000"
+    expected_tier = "1000" if stack == "dev" else "500"
+    assert lustre.inputs["capacityGib"] == expected_capacity
+    assert lustre.inputs["perUnitStorageThroughput"] == expected_tier
+    assert lustre.inputs["filesystem"] == "lustrefs"
+    assert lustre.inputs["gkeSupportEnabled"] is True
+    assert lustre.inputs["location"] == config["nemo-rl-gke:zone"]
+    assert lustre.inputs["network"].endswith(f"/networks/{config['nemo-rl-gke:clusterName']}-net")
+    assert lustre.protect is True
+
+    address = run.one("gcp:compute/globalAddress:GlobalAddress")
+    assert (address.inputs["purpose"], address.inputs["prefixLength"]) == ("VPC_PEERING", 20)
+    peering = run.one("gcp:servicenetworking/connection:Connection")
+    assert peering.inputs["deletionPolicy"] in ("REMOVE_PEERING", "ABANDON")
+    assert run.depends_on(lustre, peering)
+
+
+def test_lustre_builds_beside_the_cluster(stack_run):
+    """Lustre must not wait for GKE: it takes far longer, so both are created at once."""
+    _, run = stack_run
+    lustre = run.one(LUSTRE)
+    for blocker in [run.one(CLUSTER), *run.of_type(NODE_POOL)]:
+        assert not run.depends_on(lustre, blocker), f"Lustre waits for {blocker.name}"
+    # ...and the cluster does not wait for Lustre either.
+    assert not run.depends_on(run.one(CLUSTER), lustre)
+
+
+def test_unprotected_data_when_opted_out(run_infra: RunInfra):
+    run = run_infra("dev", {"protectData": False})
+    assert run.one(LUSTRE).protect is False
+
+
+def test_deletion_protection_from_config(run_infra: RunInfra):
+    run = run_infra("dev", {"deletionProtection": True})
+    assert run.one(CLUSTER).inputs["deletionProtection"] is True
+
+
+def test_outputs(stack_run):
+    stack, run = stack_run
+    config = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    out = run.outputs
+    prefix = config["nemo-rl-gke:clusterName"]
+    assert out["clusterName"] == prefix
+    assert out["clusterLocation"] == config["gcp:region"]
+    assert out["zone"] == config["nemo-rl-gke:zone"]
+    assert out["gpuType"] == config["nemo-rl-gke:gpuType"]
+    assert out["gpuNodes"] == int(config["nemo-rl-gke:gpuNodes"])
+    assert out["rayWorkerReplicas"] == int(config["nemo-rl-gke:gpuNodes"])
+    assert out["rdmaSubnets"] == [f"{prefix}-rdma-sub-{n}" for n in range(8)]
+    assert (out["clusterNetwork"], out["gvnicNetwork"], out["rdmaNetwork"]) == (
+        f"{prefix}-net",
+        f"{prefix}-gvnic-net",
+        f"{prefix}-rdma-net",
+    )
+    assert out["lustreInstanceId"] == f"{prefix}-lustre"
+    assert out["lustreIp"] == "10.32.0.2"  # parsed from the instance's mount point, not hard-coded
+    assert out["lustreMountPoint"] == "10.32.0.2@tcp:/lustrefs"
+    assert out["lustreFilesystem"] == "lustrefs"
+
+
+def test_kubeconfig_is_a_secret_with_exec_auth(stack_run):
+    _, run = stack_run
+    assert "kubeconfig" in run.secret_outputs
+    kubeconfig = yaml.safe_load(run.outputs["kubeconfig"])
+    user = kubeconfig["users"][0]["user"]
+    assert user["exec"]["command"] == "gke-gcloud-auth-plugin"
+    assert "token" not in user
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://203.0.113.10"
+    provider = run.one("pulumi:providers:kubernetes")
+    assert provider.raw_inputs["kubeconfig"].get("4dabf18193072939515e22adb298388d")  # stored encrypted
+
+
+def test_secrets_never_plaintext(run_infra: RunInfra):
+    run = run_infra("h200", secrets={"hfToken": HF_TOKEN, "wandbApiKey": WANDB_KEY})
+    for secret in (HF_TOKEN, WANDB_KEY):
+        for resource in run.resources:
+            assert plaintext_paths(resource.raw_inputs, secret) == [], f"{secret} in {resource.type} {resource.name}"
+        for name, value in run.outputs.items():
+            if secret in str(value):
+                assert name in run.secret_outputs, f"output {name} carries a secret in plaintext"
+
+
+def test_missing_hf_token_says_how_to_set_it(run_infra: RunInfra):
+    with pytest.raises(ConfigError) as caught:
+        run_infra("dev", secrets={})
+    assert caught.value.key == "hfToken"
+    assert "pulumi config set --secret hfToken" in str(caught.value)
+
+
+def test_bad_config_registers_nothing(run_infra: RunInfra):
+    from tools import offline
+
+    monitor_calls: list[str] = []
+    original = offline.RecordingMonitor.RegisterResource
+
+    def spy(self, request):
+        if request.type != "pulumi:pulumi:Stack":
+            monitor_calls.append(request.type)
+        return original(self, request)
+
+    offline.RecordingMonitor.RegisterResource = spy  # type: ignore[method-assign]
+    try:
+        with pytest.raises(ConfigError):
+            run_infra("dev", {"lustre": {"capacityGib": 1234}})
+    finally:
+        offline.RecordingMonitor.RegisterResource = original  # type: ignore[method-assign]
+    assert monitor_calls == []
+
+
+def test_project_file_declares_every_plain_key_with_type_and_description():
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    declared = project["config"]
+    for key, declaration in declared.items():
+        assert declaration["type"] in ("string", "integer", "boolean", "array"), key  # what Pulumi's schema allows
+        assert declaration.get("description"), key
+        assert set(declaration) <= {"type", "description", "default", "secret", "items"}, key
+    from infra.settings import _PLAIN_KEYS
+
+    assert set(_PLAIN_KEYS) <= set(declared)
+    assert declared["hfToken"]["secret"] is True and "default" not in declared["hfToken"]
+
+
+def test_stack_files_carry_no_secrets():
+    for stack in INFRA_STACKS:
+        text = (ROOT / f"Pulumi.{stack}.yaml").read_text()
+        config = yaml.safe_load(text)["config"]
+        assert not any(key.endswith(("hfToken", "wandbApiKey")) for key in config), stack
+        assert "secure:" not in text
+
+
+def test_h200_and_b200_stacks_differ_only_in_what_the_gpu_implies():
+    h200 = yaml.safe_load(Path(ROOT / "Pulumi.h200.yaml").read_text())["config"]
+    b200 = yaml.safe_load(Path(ROOT / "Pulumi.b200.yaml").read_text())["config"]
+    differing = {key for key in h200.keys() | b200.keys() if h200.get(key) != b200.get(key)}
+    gpu_bound = {"gcp:region", "nemo-rl-gke:zone", "nemo-rl-gke:gpuType", "nemo-rl-gke:reservation", "nemo-rl-gke:clusterName"}
+    assert differing <= gpu_bound
