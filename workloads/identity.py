@@ -1,0 +1,76 @@
+"""Workload Identity for the Ray pods: a Kubernetes service account acting as a least-privilege GCP one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+
+# Ray pods ship logs (fluent-bit) and read and write objects (datasets, checkpoint exports) in GCS. Nothing else.
+RAY_POD_ROLES = ("roles/logging.logWriter", "roles/storage.objectUser")
+
+
+@dataclass(frozen=True)
+class RayIdentityArgs:
+    project: str
+    account_id: str
+    namespace: pulumi.Input[str]
+    kubernetes_service_account: str
+    cluster: gcp.container.Cluster
+
+
+def workload_identity_member(project: str, namespace: str, ksa: str) -> str:
+    return f"serviceAccount:{project}.svc.id.goog[{namespace}/{ksa}]"
+
+
+class RayIdentity(pulumi.ComponentResource):
+    gcp_service_account: gcp.serviceaccount.Account
+    kubernetes_service_account: k8s.core.v1.ServiceAccount
+
+    def __init__(self, name: str, args: RayIdentityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("nemo-rl-gke:workloads:RayIdentity", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.gcp_service_account = gcp.serviceaccount.Account(
+            f"{name}-gsa",
+            account_id=args.account_id,
+            display_name="NeMo RL Ray pods",
+            project=args.project,
+            opts=child,
+        )
+        self.roles = [
+            gcp.projects.IAMMember(
+                f"{name}-{role.split('/')[1].replace('.', '-')}",
+                project=args.project,
+                role=role,
+                member=self.gcp_service_account.member,
+                opts=child,
+            )
+            for role in RAY_POD_ROLES
+        ]
+        # The identity pool <project>.svc.id.goog exists once a Workload Identity cluster does.
+        self.binding = gcp.serviceaccount.IAMMember(
+            f"{name}-workload-identity",
+            service_account_id=self.gcp_service_account.name,
+            role="roles/iam.workloadIdentityUser",
+            member=pulumi.Output.from_input(args.namespace).apply(
+                lambda namespace: workload_identity_member(args.project, namespace, args.kubernetes_service_account)
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.cluster]),
+        )
+        self.kubernetes_service_account = k8s.core.v1.ServiceAccount(
+            f"{name}-ksa",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=args.kubernetes_service_account,
+                namespace=args.namespace,
+                annotations={"iam.gke.io/gcp-service-account": self.gcp_service_account.email},
+            ),
+            opts=child,
+        )
+        self.register_outputs(
+            {
+                "gcpServiceAccount": self.gcp_service_account.email,
+                "kubernetesServiceAccount": self.kubernetes_service_account.metadata.name,
+            }
+        )

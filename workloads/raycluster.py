@@ -1,0 +1,52 @@
+"""The Ray cluster: KubeRay's ray-cluster chart (GKE's RayOperator add-on is the operator) and its log config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.settings import InfraSettings
+from workloads.ray_chart import CHART_NAME, CHART_REPO, CHART_VERSION
+from workloads.ray_values import RayClusterRefs, build_ray_values, fluent_bit_config
+
+
+@dataclass(frozen=True)
+class RayClusterArgs:
+    release_name: str
+    namespace: pulumi.Input[str]
+    settings: InfraSettings
+    refs: RayClusterRefs
+    # Everything the pods need before they can start: GPU nodes, network objects, the installer, the claim,
+    # the Secret and the service account. None of it flows into the chart's values, so it is ordered explicitly.
+    prerequisites: list[pulumi.Resource]
+
+
+class RayCluster(pulumi.ComponentResource):
+    release: k8s.helm.v3.Release
+    log_config: k8s.core.v1.ConfigMap
+
+    def __init__(self, name: str, args: RayClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("nemo-rl-gke:workloads:RayCluster", name, None, opts)
+        self.log_config = k8s.core.v1.ConfigMap(
+            f"{name}-fluent-bit",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=args.refs.fluentbit_configmap, namespace=args.namespace),
+            data=fluent_bit_config(args.refs.cluster_name),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.values = build_ray_values(args.settings, args.refs)
+        self.release = k8s.helm.v3.Release(
+            name,
+            name=args.release_name,
+            namespace=args.namespace,
+            chart=CHART_NAME,
+            version=CHART_VERSION,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
+            values=self.values,
+            # Helm cannot judge a RayCluster's health; KubeRay reports it on the object itself.
+            skip_await=True,
+            atomic=False,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.prerequisites, self.log_config]),
+        )
+        self.register_outputs({"release": self.release.name, "rayCluster": args.refs.cluster_name})

@@ -1,0 +1,177 @@
+"""Wires the cluster workloads onto the infra: every Kubernetes object goes through the cluster's provider."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.cluster import CPU_POOL_NAME
+from infra.settings import InfraSettings, Secrets
+from infra.stack import Infra
+from workloads.identity import RayIdentity, RayIdentityArgs
+from workloads.nccl_installer import NcclInstaller
+from workloads.network_objects import NetworkMapping, NetworkMappingArgs
+from workloads.network_policy import SUBMITTER_LABEL, RayHeadPolicy, RayHeadPolicyArgs
+from workloads.nics import extra_nics
+from workloads.ray_values import (
+    CLIENT_PORT,
+    DASHBOARD_PORT,
+    GCS_PORT,
+    LUSTRE_MOUNT_PATH,
+    METRICS_PORT,
+    RayClusterRefs,
+    head_service_name,
+)
+from workloads.raycluster import RayCluster, RayClusterArgs
+from workloads.secrets import Tokens, TokensArgs
+from workloads.storage import LustreVolume, LustreVolumeArgs
+
+RELEASE_NAME = "ray-cluster"
+# Namespaces Kubernetes creates itself; any other configured namespace is created here.
+BUILT_IN_NAMESPACES = ("default", "kube-system", "kube-public")
+
+
+@dataclass
+class Workloads:
+    refs: RayClusterRefs
+    tokens: Tokens
+    volume: LustreVolume
+    identity: RayIdentity
+    ray: RayCluster
+    policy: RayHeadPolicy
+
+
+def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> Workloads:
+    provider = pulumi.ResourceOptions(provider=infra.cluster.provider)
+    prefix = settings.cluster_name
+    namespace: pulumi.Input[str] = settings.namespace
+    if settings.namespace not in BUILT_IN_NAMESPACES:
+        namespace = k8s.core.v1.Namespace(
+            "namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=settings.namespace), opts=provider
+        ).metadata.name
+
+    nics = extra_nics(settings.preset.rdma_nics)
+    networks = infra.networks
+    mapping = NetworkMapping(
+        "network-mapping",
+        NetworkMappingArgs(
+            nics=nics,
+            gvnic_network=networks.gvnic_network.name,
+            gvnic_subnet=networks.gvnic_subnet.name,
+            rdma_network=networks.rdma_network.name,
+            rdma_subnets=[subnet.name for subnet in networks.rdma_subnets],
+        ),
+        opts=provider,
+    )
+    # The DaemonSet targets GPU nodes only; applying it before the pool exists would leave it idle and hide
+    # a missing pool, so it follows the pool.
+    installer = NcclInstaller(
+        "nccl-rdma-installer", opts=pulumi.ResourceOptions(provider=infra.cluster.provider, depends_on=[infra.gpu_pool])
+    )
+    lustre = infra.lustre.instance
+    volume = LustreVolume(
+        "lustre-volume",
+        LustreVolumeArgs(
+            pv_name=f"{prefix}-lustre-pv",
+            pvc_name=f"{prefix}-lustre",
+            namespace=namespace,
+            project=settings.project,
+            zone=settings.zone,
+            instance_id=lustre.instance_id,
+            ip=infra.lustre.ip,
+            filesystem=lustre.filesystem,
+            capacity_gib=lustre.capacity_gib,
+        ),
+        opts=provider,
+    )
+    tokens = Tokens(
+        "tokens",
+        TokensArgs(
+            name=f"{prefix}-tokens",
+            namespace=namespace,
+            hf_token=secrets.hf_token,
+            wandb_api_key=secrets.wandb_api_key,
+        ),
+        opts=provider,
+    )
+    identity = RayIdentity(
+        "ray-identity",
+        RayIdentityArgs(
+            project=settings.project,
+            account_id=f"{prefix}-ray",
+            namespace=namespace,
+            kubernetes_service_account=settings.kubernetes_service_account,
+            cluster=infra.cluster.cluster,
+        ),
+        opts=provider,
+    )
+
+    refs = RayClusterRefs(
+        cluster_name=f"{prefix}-ray",
+        cpu_pool_name=CPU_POOL_NAME,
+        pvc_name=f"{prefix}-lustre",
+        secret_name=f"{prefix}-tokens",
+        secret_keys=tokens.keys,
+        service_account=settings.kubernetes_service_account,
+        fluentbit_configmap=f"{prefix}-ray-fluent-bit",
+    )
+    ray = RayCluster(
+        "ray",
+        RayClusterArgs(
+            release_name=RELEASE_NAME,
+            namespace=namespace,
+            settings=settings,
+            refs=refs,
+            prerequisites=[
+                infra.gpu_pool.pool,
+                mapping,
+                installer,
+                volume.pvc,
+                tokens.secret,
+                identity.kubernetes_service_account,
+                identity.binding,
+            ],
+        ),
+        opts=provider,
+    )
+    policy = RayHeadPolicy(
+        "ray-head-policy",
+        RayHeadPolicyArgs(
+            name=f"{refs.cluster_name}-head",
+            namespace=namespace,
+            ray_cluster=refs.cluster_name,
+            dashboard_port=DASHBOARD_PORT,
+            client_port=CLIENT_PORT,
+            gcs_port=GCS_PORT,
+            metrics_port=METRICS_PORT,
+        ),
+        opts=provider,
+    )
+    return Workloads(refs=refs, tokens=tokens, volume=volume, identity=identity, ray=ray, policy=policy)
+
+
+def export_workloads(settings: InfraSettings, workloads: Workloads) -> None:
+    """Stack outputs the job stack reads. Names are a contract: change them with care."""
+    refs = workloads.refs
+    service = head_service_name(refs.cluster_name)
+    head_dns = f"{service}.{settings.namespace}.svc.cluster.local"
+    pulumi.export("namespace", settings.namespace)
+    pulumi.export("rayClusterName", refs.cluster_name)
+    pulumi.export("rayHeadService", head_dns)
+    pulumi.export("rayDashboardPort", DASHBOARD_PORT)
+    pulumi.export("rayAddress", f"http://{head_dns}:{DASHBOARD_PORT}")
+    pulumi.export("lustrePvcName", workloads.volume.pvc.metadata.name)
+    pulumi.export("lustreMountPath", LUSTRE_MOUNT_PATH)
+    pulumi.export("secretName", workloads.tokens.secret.metadata.name)
+    pulumi.export("secretKeys", list(refs.secret_keys))
+    pulumi.export("serviceAccount", workloads.identity.kubernetes_service_account.metadata.name)
+    pulumi.export("submitterPodLabel", {SUBMITTER_LABEL: refs.cluster_name})
+    pulumi.export("gpusPerNode", settings.preset.gpus_per_node)
+    pulumi.export("nemoRlImage", settings.nemo_rl_image)
+    pulumi.export("rayVersion", settings.ray_version)
+    pulumi.export(
+        "dashboardPortForward",
+        f"kubectl --namespace {settings.namespace} port-forward service/{service} {DASHBOARD_PORT}:{DASHBOARD_PORT}",
+    )
