@@ -72,7 +72,7 @@ def test_cluster(stack_run):
     assert addons["lustreCsiDriverConfig"] == {"enabled": True, "enableLegacyLustrePort": True}
     assert inputs["deletionProtection"] is False
     assert inputs["removeDefaultNodePool"] is True
-    node_sa = run.one("gcp:serviceaccount/account:Account")
+    node_sa = run.one("gcp:serviceaccount/account:Account", "gke-nodes")
     assert inputs["nodeConfig"]["serviceAccount"].startswith(node_sa.inputs["accountId"] + "@")
 
 

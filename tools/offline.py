@@ -22,7 +22,7 @@ import yaml
 from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime.config import set_all_config
-from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.stack import run_in_stack, run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 SECRET_SIG_KEY = "4dabf18193072939515e22adb298388d"
@@ -275,12 +275,17 @@ def run_program(
     all_config = {**_config_strings(config), **{k: str(v) for k, v in (secrets or {}).items()}}
     set_all_config(all_config, secret_keys=list(secrets or {}))
 
+    roots: list[Any] = []
+
     def program() -> None:
+        roots.append(pulumi.runtime.settings.get_root_resource())  # the Stack run_in_stack made, for its outputs
         with _program_dir(project_dir):
             runpy.run_path(str(project_dir / "__main__.py"), run_name="__main__")
 
-    _sync_await(run_pulumi_func(program))
-    root = pulumi.runtime.settings.get_root_resource()
+    # As the language host does: a fresh root Stack, the module's top level, then any `pulumi.run` entrypoint.
+    pulumi.runtime.settings.ROOT.set(None)
+    _sync_await(run_pulumi_func(lambda: run_in_stack(program)))
+    root = roots[0]
     outputs: dict[str, Any] = {}
     secret_outputs: set[str] = set()
     for name, value in getattr(root, "outputs", {}).items():

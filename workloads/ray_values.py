@@ -1,0 +1,350 @@
+"""Values for the KubeRay `ray-cluster` chart (workloads/ray_chart.py): one Ray head on the CPU pool and
+one group of GPU workers, one per GPU node. Pure functions of the settings; no Pulumi resources here.
+
+How the pods start. The chart's top-level `annotations` put `ray.io/overwrite-container-cmd: "true"` on
+the RayCluster. KubeRay (>= 1.1; GKE's RayOperator add-on is KubeRay) then copies that annotation to every
+pod template and leaves our container command alone instead of replacing it with its own
+`ulimit -n 65536; ray start ...`. It still puts the generated `ray start ...` line into the Ray container's
+environment as KUBERAY_GEN_RAY_START_CMD, so our scripts prepare the container and `exec` that line. Because
+the annotation covers the whole cluster, the head needs a command too, not only the workers.
+
+No privileged mode. The gIB NCCL test pods for A3 Ultra and A4 in GoogleCloudPlatform/
+container-engine-accelerators (gpudirect-rdma/nccl-test.yaml, nccl-test-a4.yaml) use RDMA with no
+securityContext at all: GKE hands the RDMA NICs to the pod through the networking.gke.io annotations, and
+the GPUs through the device plugin. Only the installer DaemonSet, which writes to the host, is privileged.
+So the Ray containers get no privileged flag and no added capabilities.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from infra.settings import LOG_SIDECAR, InfraSettings, PodResources
+from infra.sizing import memory_bytes
+from workloads.nics import DEFAULT_INTERFACE, extra_nics, pod_network_annotations
+
+# Where things are inside the Ray containers.
+LUSTRE_MOUNT_PATH = "/data"
+HF_HOME = f"{LUSTRE_MOUNT_PATH}/hf-cache"  # models and datasets download once, for every pod
+RAY_TMP_DIR = "/tmp/ray"
+RAY_LOG_DIR = f"{RAY_TMP_DIR}/session_latest/logs"
+SHM_DIR = "/dev/shm"
+
+# Ray's ports on the head (KubeRay's defaults; the port names are the ones KubeRay looks up).
+GCS_PORT = 6379
+DASHBOARD_PORT = 8265  # dashboard and Jobs API
+CLIENT_PORT = 10001
+METRICS_PORT = 8080
+
+WORKER_GROUP = "gpu-workers"
+
+# The GPU node's driver and the gIB NCCL plugin, as GKE and the nccl-rdma-installer DaemonSet leave them.
+NVIDIA_HOST_DIR = "/home/kubernetes/bin/nvidia"
+NVIDIA_DIR = "/usr/local/nvidia"
+GIB_HOST_DIR = "/home/kubernetes/bin/gib"
+GIB_DIR = "/usr/local/gib"
+
+# Official Fluent Bit image, pinned (the tag of fluent/helm-charts' fluent-bit chart appVersion 5.1.1).
+FLUENT_BIT_IMAGE = "cr.fluentbit.io/fluent/fluent-bit:5.1.1"
+FLUENT_BIT_CONFIG_DIR = "/fluent-bit/config"  # beside the image's own /fluent-bit/etc, not over it
+FLUENT_BIT_CONFIG_FILE = "fluent-bit.conf"
+# Set on the sidecar, read by fluent_bit_config() as ${...}.
+FLUENT_BIT_POD_ENV = "POD_NAME"
+FLUENT_BIT_LOCATION_ENV = "CLUSTER_LOCATION"
+LOG_NAME = "ray"  # Cloud Logging log id of the shipped Ray logs
+
+OVERWRITE_CONTAINER_CMD = "ray.io/overwrite-container-cmd"
+GENERATED_START_CMD_ENV = "KUBERAY_GEN_RAY_START_CMD"
+
+NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+GPU_RESOURCE = "nvidia.com/gpu"
+PART_OF = "nemo-rl-gke"
+
+# Pod volume names.
+VOLUME_LOGS = "ray-logs"
+VOLUME_SHM = "dshm"
+VOLUME_NVIDIA = "nvidia-install-dir"
+VOLUME_GIB = "gib-nccl-plugin"
+VOLUME_DATA = "lustre-data"
+VOLUME_FLUENT_BIT = "fluent-bit-config"
+
+_ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class RayClusterRefs:
+    """Names of objects the program creates elsewhere, which the Ray pods refer to."""
+
+    cluster_name: str  # RayCluster object name, passed as fullnameOverride
+    cpu_pool_name: str  # GKE node pool of the CPU pool (head nodeSelector cloud.google.com/gke-nodepool)
+    pvc_name: str  # Lustre claim, mounted at /data
+    secret_name: str  # Secret holding the tokens
+    secret_keys: tuple[str, ...]  # env var names stored in the Secret: ("HF_TOKEN",) or ("HF_TOKEN", "WANDB_API_KEY")
+    service_account: str  # Kubernetes service account (Workload Identity) the Ray pods run as
+    fluentbit_configmap: str  # ConfigMap with fluent-bit's config, created by the program
+
+    def __post_init__(self) -> None:
+        if not self.secret_keys:
+            raise ValueError("secret_keys: at least HF_TOKEN")
+        for key in self.secret_keys:
+            if not _ENV_NAME_RE.match(key):
+                raise ValueError(f"secret key {key!r} is not an environment variable name")
+
+
+def head_service_name(cluster_name: str) -> str:
+    """The Service KubeRay creates in front of the head pod."""
+    return f"{cluster_name}-head-svc"
+
+
+def split_image(reference: str) -> tuple[str, str]:
+    """'nvcr.io/nvidia/nemo-rl:v0.5.0' -> ('nvcr.io/nvidia/nemo-rl', 'v0.5.0'). The tag never holds a '/'."""
+    repository, colon, tag = reference.rpartition(":")
+    if not colon or not repository or not tag or "/" in tag:
+        raise ValueError(f"image {reference!r} has no tag")
+    return repository, tag
+
+
+def _fixed_resources(resources: dict[str, str | int]) -> dict[str, Any]:
+    """Requests equal to limits: the pod gets exactly what it asks for (Guaranteed when every container does)."""
+    return {"requests": dict(resources), "limits": dict(resources)}
+
+
+def _pod_resources(resources: PodResources) -> dict[str, str | int]:
+    return {"cpu": resources.cpu, "memory": resources.memory}
+
+
+# ${VAR:?...} stops the shell with that message if the variable is unset or empty, instead of `exec` with
+# no arguments, which would end the container with status 0.
+_EXEC_GENERATED = (
+    f"exec ${{{GENERATED_START_CMD_ENV}:?KubeRay did not set {GENERATED_START_CMD_ENV}; "
+    f"the RayCluster needs the annotation {OVERWRITE_CONTAINER_CMD}=true}}"
+)
+# KubeRay adds this to the command it writes itself; with our own command it is ours to add.
+_RAISE_FILE_LIMIT = "ulimit -n 65536 || echo 'could not raise the open-file limit to 65536' >&2"
+
+
+def head_start_script() -> str:
+    """The head's container script: no GPUs, no NCCL; start Ray as KubeRay would."""
+    return "\n".join([_RAISE_FILE_LIMIT, _EXEC_GENERATED]) + "\n"
+
+
+def worker_start_script(nvidia_dir: str = NVIDIA_DIR, gib_dir: str = GIB_DIR) -> str:
+    """The GPU workers' container script. Nothing is installed at start: the image has what it needs."""
+    nccl_env = f"{gib_dir}/scripts/set_nccl_env.sh"
+    lines = [
+        _RAISE_FILE_LIMIT,
+        # Register the node's driver libraries (libcuda, libnvidia-ml) with the dynamic linker.
+        f"ldconfig {nvidia_dir}/lib64 || {{ echo 'ldconfig {nvidia_dir}/lib64 failed' >&2; exit 1; }}",
+        # Without the plugin NCCL falls back or fails late; fail now so the pod restarts until the
+        # nccl-rdma-installer DaemonSet has put it on the node.
+        f"if [ ! -r {nccl_env} ]; then",
+        f"  echo 'gIB NCCL plugin not found at {nccl_env}: is the nccl-rdma-installer DaemonSet running?' >&2",
+        "  exit 1",
+        "fi",
+        f"source {nccl_env}",
+        _EXEC_GENERATED,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _bash(script: str) -> list[str]:
+    return ["/bin/bash", "-c", script]
+
+
+def _env(name: str, value: str) -> dict[str, Any]:
+    return {"name": name, "value": value}
+
+
+def _shared_env(refs: RayClusterRefs) -> list[dict[str, Any]]:
+    """Env for the Ray container of every group: the Hugging Face cache on Lustre and the tokens, each read
+    from the Secret by reference (the values never enter the chart values)."""
+    env = [_env("HF_HOME", HF_HOME)]
+    env += [
+        {"name": key, "valueFrom": {"secretKeyRef": {"name": refs.secret_name, "key": key}}} for key in refs.secret_keys
+    ]
+    return env
+
+
+def _nccl_env(settings: InfraSettings) -> list[dict[str, Any]]:
+    return [
+        _env("NCCL_NET", "gIB"),
+        _env("NCCL_IB_GID_INDEX", "3"),
+        _env("NCCL_CROSS_NIC", "0"),
+        _env("NCCL_NET_GDR_LEVEL", "PIX"),
+        _env("NCCL_SOCKET_IFNAME", DEFAULT_INTERFACE),
+        _env("GLOO_SOCKET_IFNAME", DEFAULT_INTERFACE),
+        _env("TP_SOCKET_IFNAME", DEFAULT_INTERFACE),
+        _env("NCCL_TUNER_CONFIG_PATH", f"{GIB_DIR}/configs/{settings.preset.tuner_config}"),
+        # Newer CUDA images may leave the node's driver directory out; Ray then sees no GPUs.
+        _env("LD_LIBRARY_PATH", f"{NVIDIA_DIR}/lib64:{GIB_DIR}/lib64"),
+    ]
+
+
+def _log_sidecar(settings: InfraSettings) -> dict[str, Any]:
+    """Fluent Bit beside the Ray container: tails Ray's log files and ships them to Cloud Logging."""
+    return {
+        "name": "fluent-bit",
+        "image": FLUENT_BIT_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/fluent-bit/bin/fluent-bit"],
+        "args": ["-c", f"{FLUENT_BIT_CONFIG_DIR}/{FLUENT_BIT_CONFIG_FILE}"],
+        "env": [
+            {"name": FLUENT_BIT_POD_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            _env(FLUENT_BIT_LOCATION_ENV, settings.region),
+        ],
+        # Exactly what infra.settings.check_fits reserved for it on every node.
+        "resources": _fixed_resources(_pod_resources(LOG_SIDECAR)),
+        "volumeMounts": [
+            {"name": VOLUME_LOGS, "mountPath": RAY_TMP_DIR, "readOnly": True},
+            {"name": VOLUME_FLUENT_BIT, "mountPath": FLUENT_BIT_CONFIG_DIR, "readOnly": True},
+        ],
+    }
+
+
+def _head_shm_size(settings: InfraSettings) -> str:
+    # Memory-backed, so it counts against the head's memory limit: half of it leaves Ray's default
+    # object store (30% of memory) room without letting /dev/shm crowd out the rest.
+    return f"{memory_bytes(settings.ray_head.memory) // 2 // 2**20}Mi"
+
+
+def _head(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
+    return {
+        "rayVersion": settings.ray_version,
+        "enableInTreeAutoscaling": False,
+        "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
+        "labels": {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": "ray-head"},
+        "serviceAccountName": refs.service_account,
+        "command": _bash(head_start_script()),
+        "ports": [
+            {"name": "gcs-server", "containerPort": GCS_PORT},
+            {"name": "dashboard", "containerPort": DASHBOARD_PORT},
+            {"name": "client", "containerPort": CLIENT_PORT},
+            {"name": "metrics", "containerPort": METRICS_PORT},
+        ],
+        "resources": _fixed_resources(_pod_resources(settings.ray_head)),
+        # On the CPU pool, and never on a GPU node: no GPU toleration, and no node with an accelerator.
+        "nodeSelector": {NODE_POOL_LABEL: refs.cpu_pool_name},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": ACCELERATOR_LABEL, "operator": "DoesNotExist"}]}
+                    ]
+                }
+            }
+        },
+        # Setting volumes replaces the chart's default /tmp/ray volume, so it is declared here.
+        "volumes": [
+            {"name": VOLUME_LOGS, "emptyDir": {}},
+            {"name": VOLUME_SHM, "emptyDir": {"medium": "Memory", "sizeLimit": _head_shm_size(settings)}},
+            {"name": VOLUME_DATA, "persistentVolumeClaim": {"claimName": refs.pvc_name}},
+            {"name": VOLUME_FLUENT_BIT, "configMap": {"name": refs.fluentbit_configmap}},
+        ],
+        "volumeMounts": [
+            {"name": VOLUME_LOGS, "mountPath": RAY_TMP_DIR},
+            {"name": VOLUME_SHM, "mountPath": SHM_DIR},
+            {"name": VOLUME_DATA, "mountPath": LUSTRE_MOUNT_PATH},
+        ],
+        "sidecarContainers": [_log_sidecar(settings)],
+    }
+
+
+def _gpu_workers(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
+    preset = settings.preset
+    replicas = settings.ray_worker_replicas
+    return {
+        "disabled": False,
+        "replicas": replicas,
+        "minReplicas": replicas,
+        "maxReplicas": replicas,
+        "numOfHosts": 1,
+        "labels": {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": "ray-worker"},
+        # The extra gVNIC and the RDMA NICs, attached by GKE multi-networking.
+        "annotations": pod_network_annotations(extra_nics(preset.rdma_nics)),
+        "serviceAccountName": refs.service_account,
+        "command": _bash(worker_start_script()),
+        "containerEnv": _nccl_env(settings),
+        "resources": _fixed_resources(
+            {**_pod_resources(settings.ray_worker), GPU_RESOURCE: preset.gpus_per_node},
+        ),
+        "nodeSelector": {ACCELERATOR_LABEL: preset.gpu_type},
+        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        "volumes": [
+            {"name": VOLUME_LOGS, "emptyDir": {}},
+            {"name": VOLUME_SHM, "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}},
+            {"name": VOLUME_NVIDIA, "hostPath": {"path": NVIDIA_HOST_DIR, "type": "Directory"}},
+            {"name": VOLUME_GIB, "hostPath": {"path": GIB_HOST_DIR, "type": "Directory"}},
+            {"name": VOLUME_DATA, "persistentVolumeClaim": {"claimName": refs.pvc_name}},
+            {"name": VOLUME_FLUENT_BIT, "configMap": {"name": refs.fluentbit_configmap}},
+        ],
+        "volumeMounts": [
+            {"name": VOLUME_LOGS, "mountPath": RAY_TMP_DIR},
+            {"name": VOLUME_SHM, "mountPath": SHM_DIR},
+            {"name": VOLUME_NVIDIA, "mountPath": NVIDIA_DIR, "readOnly": True},
+            {"name": VOLUME_GIB, "mountPath": GIB_DIR, "readOnly": True},
+            {"name": VOLUME_DATA, "mountPath": LUSTRE_MOUNT_PATH},
+        ],
+        "sidecarContainers": [_log_sidecar(settings)],
+    }
+
+
+def build_ray_values(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
+    """Values for the pinned ray-cluster chart. Every key is one the chart reads (see ray_chart)."""
+    repository, tag = split_image(settings.nemo_rl_image)
+    return {
+        "fullnameOverride": refs.cluster_name,
+        # On the RayCluster object: keep our container commands (see the module docstring).
+        "annotations": {OVERWRITE_CONTAINER_CMD: "true"},
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"},
+        "common": {"containerEnv": _shared_env(refs)},
+        "service": {"type": "ClusterIP"},
+        "head": _head(settings, refs),
+        # The chart's default group is off; ours is named, so its pods are `<cluster>-gpu-workers-...`.
+        "worker": {"disabled": True},
+        "additionalWorkerGroups": {WORKER_GROUP: _gpu_workers(settings, refs)},
+    }
+
+
+def fluent_bit_config(cluster_name: str) -> dict[str, str]:
+    """ConfigMap data for the log sidecar: every file Ray writes under session_latest/logs goes to Cloud
+    Logging (log id `ray`) as a generic_node whose namespace is the RayCluster and node_id the pod.
+
+    generic_node keeps the output plugin away from instance metadata the GKE metadata server may not
+    serve; the project id and the token (Workload Identity) still come from it. ${POD_NAME} and
+    ${CLUSTER_LOCATION} are set on the sidecar by build_ray_values.
+    """
+    config = f"""\
+[SERVICE]
+    Flush             5
+    Log_Level         info
+    Daemon            off
+
+[INPUT]
+    Name              tail
+    Tag               {LOG_NAME}
+    Path              {RAY_LOG_DIR}/*
+    Exclude_Path      {RAY_LOG_DIR}/debug_state*.txt
+    Path_Key          file
+    Refresh_Interval  5
+    Read_from_Head    true
+    Skip_Long_Lines   on
+    Mem_Buf_Limit     64MB
+
+[FILTER]
+    Name              modify
+    Match             {LOG_NAME}
+    Add               ray_cluster {cluster_name}
+    Add               pod ${{{FLUENT_BIT_POD_ENV}}}
+
+[OUTPUT]
+    Name              stackdriver
+    Match             {LOG_NAME}
+    resource          generic_node
+    location          ${{{FLUENT_BIT_LOCATION_ENV}}}
+    namespace         {cluster_name}
+    node_id           ${{{FLUENT_BIT_POD_ENV}}}
+"""
+    return {FLUENT_BIT_CONFIG_FILE: config}
