@@ -97,6 +97,7 @@ def export_infra(settings: InfraSettings, infra: Infra) -> None:
     pulumi.export("lustreMountPoint", infra.lustre.instance.mount_point)
     pulumi.export("lustreCapacityGib", settings.lustre.capacity_gib)
     pulumi.export("lustreThroughputMbpsPerTib", settings.lustre.throughput_mbps_per_tib)
+    pulumi.export("cpuNodePool", infra.cluster.cpu_pool.name)
     pulumi.export("gpuType", settings.preset.gpu_type)
     pulumi.export("gpuMachineType", settings.preset.machine_type)
     pulumi.export("gpuNodes", settings.gpu_nodes)

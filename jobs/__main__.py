@@ -1,0 +1,41 @@
+"""nemo-rl-jobs program: infra stack outputs + job settings -> the pipeline Job -> how to follow it."""
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from launcher.job import PipelineJob, PipelineJobArgs
+from launcher.pipeline import checkpoint_dir, entrypoint_text, pipeline_script, pipeline_steps
+from launcher.settings import ConfigError, build_infra_outputs, build_job_settings, read_config
+
+values = read_config()
+if not values.get("infraStack"):
+    raise ConfigError("infraStack", None, "required: the infra stack, e.g. pulumi config set infraStack organization/nemo-rl-gke/h200")
+infra_ref = pulumi.StackReference(str(values["infraStack"]))
+
+
+async def main() -> None:
+    # Plain infra outputs are read and validated before anything is registered; the kubeconfig stays secret.
+    outputs = {}
+    for name in (await infra_ref.outputs.future()) or {}:
+        details = await infra_ref.get_output_details(name)
+        if details.value is not None:
+            outputs[name] = details.value
+    infra = build_infra_outputs(outputs, stack=str(values["infraStack"]))
+    job = build_job_settings(values, infra)
+    steps = pipeline_steps(job, infra)
+
+    provider = k8s.Provider("cluster", kubeconfig=infra_ref.require_output("kubeconfig"), enable_server_side_apply=True)
+    launcher = PipelineJob(
+        "pipeline",
+        PipelineJobArgs(job=job, infra=infra, script=pipeline_script(job, infra, steps)),
+        opts=pulumi.ResourceOptions(provider=provider),
+    )
+    job_name = launcher.job.metadata.name
+    pulumi.export("jobName", job_name)
+    pulumi.export("followLogs", job_name.apply(lambda n: f"kubectl --namespace {infra.namespace} logs -f job/{n}"))
+    pulumi.export("dashboardPortForward", infra.dashboard_port_forward)
+    pulumi.export("checkpointDir", checkpoint_dir(job, infra))
+    pulumi.export("pipeline", [{"step": s.name, "submissionId": s.submission_id, "entrypoint": entrypoint_text(s)} for s in steps])
+
+
+pulumi.run(main)

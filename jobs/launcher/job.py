@@ -1,0 +1,155 @@
+"""The submitter: a Kubernetes Job that runs the pipeline's Ray jobs one after another through ray_submit.py."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from launcher.pipeline import SCRIPTS_MOUNT
+from launcher.settings import InfraOutputs, JobSettings
+
+JOBS_DIR = Path(__file__).resolve().parent.parent
+# What the submitter pod carries: the submitter itself and the scripts it copies to Lustre for the Ray jobs.
+SCRIPT_FILES = (
+    "ray_submit.py",
+    "scripts/prepare_gsm8k.py",
+    "scripts/convert_checkpoint.py",
+    "preflight/nccl_allreduce.py",
+    "preflight/lustre_io.py",
+)
+PIPELINE_FILE = "pipeline.sh"
+# ray_submit.py exits 1 (a Ray job FAILED), 2 (usage) or 3 (STOPPED): a new pod would only report the same
+# outcome, so the Job fails at once. Exit 4 (Ray unreachable) and pod evictions are retried.
+FINAL_EXIT_CODES = [1, 2, 3]
+KEEP_FINISHED_SECONDS = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class PipelineJobArgs:
+    job: JobSettings
+    infra: InfraOutputs
+    script: str
+
+
+def script_files() -> dict[str, str]:
+    """ConfigMap data: each script under its base name."""
+    return {Path(name).name: (JOBS_DIR / name).read_text() for name in SCRIPT_FILES}
+
+
+class PipelineJob(pulumi.ComponentResource):
+    config_map: k8s.core.v1.ConfigMap
+    job: k8s.batch.v1.Job
+
+    def __init__(self, name: str, args: PipelineJobArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("nemo-rl-jobs:launcher:PipelineJob", name, None, opts)
+        job, infra = args.job, args.infra
+        data = {**script_files(), PIPELINE_FILE: args.script}
+        # Content-addressed and immutable: a changed script is a new ConfigMap, never an edit under a running pod.
+        digest = hashlib.sha256("".join(f"{k}\0{v}\0" for k, v in sorted(data.items())).encode()).hexdigest()[:10]
+        labels = {
+            "app.kubernetes.io/part-of": "nemo-rl-gke",
+            "app.kubernetes.io/component": "ray-submitter",
+            "nemo-rl-gke/run": job.run_name,
+        }
+        self.config_map = k8s.core.v1.ConfigMap(
+            f"{name}-scripts",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=f"{job.run_name}-launcher-{digest}", namespace=infra.namespace, labels=labels
+            ),
+            data=data,
+            immutable=True,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        label_key, label_value = infra.submitter_label
+        pod_labels = {**labels, label_key: label_value}
+        self.job = k8s.batch.v1.Job(
+            name,
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=f"{job.run_name}-pipeline",
+                namespace=infra.namespace,
+                labels=pod_labels,
+                # `pulumi up` returns once the Job exists; the run is followed with kubectl (see the outputs).
+                annotations={"pulumi.com/skipAwait": "true"},
+            ),
+            spec=k8s.batch.v1.JobSpecArgs(
+                backoff_limit=4,
+                ttl_seconds_after_finished=KEEP_FINISHED_SECONDS,
+                pod_failure_policy=k8s.batch.v1.PodFailurePolicyArgs(
+                    rules=[
+                        k8s.batch.v1.PodFailurePolicyRuleArgs(
+                            action="FailJob",
+                            on_exit_codes=k8s.batch.v1.PodFailurePolicyOnExitCodesRequirementArgs(
+                                container_name="submitter", operator="In", values=FINAL_EXIT_CODES
+                            ),
+                        ),
+                        k8s.batch.v1.PodFailurePolicyRuleArgs(
+                            action="Ignore",
+                            on_pod_conditions=[
+                                k8s.batch.v1.PodFailurePolicyOnPodConditionsPatternArgs(type="DisruptionTarget")
+                            ],
+                        ),
+                    ]
+                ),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=pod_labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        restart_policy="Never",
+                        node_selector={"cloud.google.com/gke-nodepool": infra.cpu_node_pool},
+                        automount_service_account_token=False,
+                        containers=[
+                            k8s.core.v1.ContainerArgs(
+                                name="submitter",
+                                # The NeMo RL image: its Ray client is the cluster's Ray by construction, and the
+                                # CPU node already holds the image for the Ray head, so nothing new is pulled.
+                                image=infra.image,
+                                image_pull_policy="IfNotPresent",
+                                command=["bash", f"{SCRIPTS_MOUNT}/{PIPELINE_FILE}"],
+                                env=[
+                                    k8s.core.v1.EnvVarArgs(name="PYTHONUNBUFFERED", value="1"),
+                                    k8s.core.v1.EnvVarArgs(name="PYTHONDONTWRITEBYTECODE", value="1"),
+                                    k8s.core.v1.EnvVarArgs(name="RAY_USAGE_STATS_ENABLED", value="0"),
+                                ],
+                                resources=k8s.core.v1.ResourceRequirementsArgs(
+                                    requests={"cpu": "250m", "memory": "512Mi"},
+                                    limits={"cpu": "1", "memory": "1Gi"},
+                                ),
+                                security_context=k8s.core.v1.SecurityContextArgs(
+                                    allow_privilege_escalation=False,
+                                    read_only_root_filesystem=True,
+                                    capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
+                                    seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
+                                ),
+                                volume_mounts=[
+                                    k8s.core.v1.VolumeMountArgs(name="launcher", mount_path=SCRIPTS_MOUNT, read_only=True),
+                                    k8s.core.v1.VolumeMountArgs(name="data", mount_path=infra.mount_path),
+                                    k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+                                ],
+                            )
+                        ],
+                        volumes=[
+                            k8s.core.v1.VolumeArgs(
+                                name="launcher",
+                                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=self.config_map.metadata.name),
+                            ),
+                            k8s.core.v1.VolumeArgs(
+                                name="data",
+                                persistent_volume_claim=k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(
+                                    claim_name=infra.pvc_name
+                                ),
+                            ),
+                            k8s.core.v1.VolumeArgs(
+                                name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="1Gi")
+                            ),
+                        ],
+                    ),
+                ),
+            ),
+            # A Job's template cannot change in place: a new pipeline replaces it, and the idempotent submission
+            # ids make the new pod resume where the old one stopped.
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+        )
+        self.register_outputs({"job": self.job.metadata.name, "configMap": self.config_map.metadata.name})

@@ -1,0 +1,186 @@
+"""The run as data: NeMo RL overrides and the ordered Ray jobs, each with a stable submission id. Pure."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+
+from launcher.settings import InfraOutputs, JobSettings
+
+NEMO_RL_DIR = "/opt/nemo-rl"  # where the NeMo RL image keeps its sources and uv project
+SCRIPTS_MOUNT = "/opt/launcher"  # the ConfigMap with our scripts, inside the submitter pod
+SUBMITTER = f"{SCRIPTS_MOUNT}/ray_submit.py"
+# ray_submit.py's exit codes (its contract) and what each means for the run.
+EXIT_MEANINGS = {1: "FAILED", 2: "usage error", 3: "STOPPED", 4: "Ray unreachable"}
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    submission_id: str
+    entrypoint: list[str]
+    env_vars: dict[str, str] = field(default_factory=dict)
+    on_failure: str = ""  # what to check when this step fails
+
+
+def dataset_dir(infra: InfraOutputs) -> str:
+    return f"{infra.mount_path}/datasets/gsm8k"
+
+
+def checkpoint_dir(job: JobSettings, infra: InfraOutputs) -> str:
+    return f"{infra.mount_path}/{job.run_name}"
+
+
+def scripts_dir(job: JobSettings, infra: InfraOutputs) -> str:
+    """Our scripts, copied to Lustre per run so every Ray node sees the same files."""
+    return f"{checkpoint_dir(job, infra)}/scripts"
+
+
+def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
+    """Hydra-style overrides for examples/run_grpo_math.py, in a fixed order; extraOverrides come last so
+    they win."""
+    gpus = infra.gpus_per_node
+    ckpt = checkpoint_dir(job, infra)
+    data = dataset_dir(infra)
+    overrides = [
+        f"cluster.num_nodes={job.num_nodes}",
+        f"cluster.gpus_per_node={gpus}",
+        f"grpo.max_num_steps={job.max_num_steps}",
+        f"grpo.num_prompts_per_step={job.num_prompts_per_step}",
+        f"grpo.num_generations_per_prompt={job.num_generations_per_prompt}",
+    ]
+    if job.generation_nodes:
+        overrides += [
+            "policy.generation.colocated.enabled=False",
+            f"policy.generation.colocated.resources.num_nodes={job.generation_nodes}",
+            f"policy.generation.colocated.resources.gpus_per_node={gpus}",
+        ]
+    else:
+        overrides.append("policy.generation.colocated.enabled=True")
+    overrides += [
+        f"policy.generation.vllm_cfg.tensor_parallel_size={job.vllm_tensor_parallel_size}",
+        f"policy.generation.vllm_cfg.gpu_memory_utilization={job.vllm_gpu_memory_utilization:g}",
+        f"policy.dtensor_cfg.tensor_parallel_size={job.dtensor_tensor_parallel_size}",
+        f"checkpointing.checkpoint_dir={ckpt}",
+        "data.dataset_name=ResponseDataset",
+        # The prepared files hold the question as `input` and only the final answer as `output`, so the
+        # math reward can match the model's \boxed{} answer (raw GSM8K answers always score 0).
+        f"+data.train_data_path={data}/train.jsonl",
+        f"+data.val_data_path={data}/test.jsonl",
+        "+data.input_key=input",
+        "+data.output_key=output",
+    ]
+    if "WANDB_API_KEY" in infra.secret_keys:
+        overrides += ["logger.wandb_enabled=True", f"logger.wandb.name={job.run_name}", "logger.tensorboard_enabled=False"]
+    else:
+        overrides += ["logger.wandb_enabled=False", "logger.tensorboard_enabled=True", f"logger.log_dir={ckpt}/logs"]
+    return overrides + list(job.extra_overrides)
+
+
+def _in_nemo_rl(script: str, *args: str) -> list[str]:
+    """Run a Python script with NeMo RL's own environment (torch, ray, datasets), from its directory."""
+    return ["cd", NEMO_RL_DIR, "&&", "uv", "run", "python", script, *args]
+
+
+def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
+    scripts = scripts_dir(job, infra)
+    ckpt = checkpoint_dir(job, infra)
+    hf_home = {"HF_HOME": f"{infra.mount_path}/hf-cache"}
+    steps: list[Step] = []
+    if job.preflight.enabled:
+        steps.append(
+            Step(
+                "preflight-nccl",
+                f"{job.run_name}-preflight-nccl",
+                _in_nemo_rl(
+                    f"{scripts}/nccl_allreduce.py",
+                    f"--nodes={infra.ray_worker_replicas}",
+                    f"--gpus-per-node={infra.gpus_per_node}",
+                    f"--min-busbw-gbps={job.preflight.min_busbw_gbps:g}",
+                ),
+                on_failure=(
+                    "the GPU fabric: RDMA interfaces eth2-eth9 on the worker pods (networking.gke.io/interfaces), "
+                    "the gIB plugin (nccl-rdma-installer in kube-system, 'NCCL WARN network gIB not found'), and "
+                    "that the nodes come from one reservation block"
+                ),
+            )
+        )
+        steps.append(
+            Step(
+                "preflight-lustre",
+                f"{job.run_name}-preflight-lustre",
+                _in_nemo_rl(
+                    f"{scripts}/lustre_io.py",
+                    f"--path={ckpt}/preflight-io",
+                    f"--nodes={infra.ray_worker_replicas}",
+                    f"--capacity-gib={infra.lustre_capacity_gib}",
+                    f"--tier-mbps-per-tib={infra.lustre_throughput_mbps_per_tib}",
+                    f"--gib-per-node={job.preflight.lustre_gib_per_node:g}",
+                    f"--min-fraction={job.preflight.lustre_min_fraction:g}",
+                ),
+                on_failure="the Lustre mount on the workers (PVC bound, CSI driver, legacy port 6988, peering)",
+            )
+        )
+    steps.append(
+        Step(
+            "prepare-data",
+            f"{job.run_name}-prepare-data",
+            _in_nemo_rl(f"{scripts}/prepare_gsm8k.py", f"--output-dir={dataset_dir(infra)}"),
+            env_vars=hf_home,
+            on_failure="access to the Hugging Face hub (HF_TOKEN) and the Lustre mount",
+        )
+    )
+    steps.append(
+        Step(
+            "train",
+            f"{job.run_name}-train",
+            _in_nemo_rl("examples/run_grpo_math.py", f"--config={job.recipe}", *grpo_overrides(job, infra)),
+            env_vars=hf_home,
+            on_failure="the driver log above (model access with HF_TOKEN, GPU memory, the recipe's overrides)",
+        )
+    )
+    if job.convert_to_hf:
+        steps.append(
+            Step(
+                "convert-hf",
+                f"{job.run_name}-convert-hf",
+                _in_nemo_rl(f"{scripts}/convert_checkpoint.py", f"--checkpoint-dir={ckpt}", f"--output-dir={ckpt}/hf"),
+                env_vars=hf_home,
+                on_failure="that the training wrote step_N checkpoints under the checkpoint dir",
+            )
+        )
+    return steps
+
+
+def entrypoint_text(step: Step) -> str:
+    """The shell command Ray runs; '&&' stays an operator, everything else is quoted."""
+    return " ".join(part if part == "&&" else shlex.quote(part) for part in step.entrypoint)
+
+
+def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) -> str:
+    """The submitter pod's program: copy our scripts to Lustre, then run each step through ray_submit.py,
+    stopping at the first failure with what to check. Re-running it skips steps that already succeeded."""
+    scripts = scripts_dir(job, infra)
+    lines = [
+        "set -euo pipefail",
+        f"mkdir -p {shlex.quote(scripts)}",
+        f"cp -L {SCRIPTS_MOUNT}/*.py {shlex.quote(scripts)}/",
+    ]
+    for number, step in enumerate(steps, start=1):
+        runtime_env = json.dumps({"env_vars": step.env_vars}) if step.env_vars else ""
+        command = ["python", SUBMITTER, f"--address={infra.ray_address}", f"--submission-id={step.submission_id}"]
+        if runtime_env:
+            command.append(f"--runtime-env-json={runtime_env}")
+        # ray_submit.py quotes every word it gets; bash -c keeps '&&' an operator on the Ray side.
+        command += ["--", "bash", "-c", entrypoint_text(step)]
+        lines += [
+            f"echo '=== step {number}/{len(steps)}: {step.name} ({step.submission_id})'",
+            f"{shlex.join(command)} || {{",
+            "  rc=$?",
+            f"  echo 'step {step.name} did not succeed (exit '$rc'). Check: {step.on_failure.replace(chr(39), '')}' >&2",
+            "  exit $rc",
+            "}",
+        ]
+    lines.append(f"echo 'all {len(steps)} steps succeeded; checkpoints in {checkpoint_dir(job, infra)}'")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,247 @@
+"""Job settings and the infra stack's outputs, validated before any resource is registered."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+PROJECT = "nemo-rl-jobs"
+# A Kubernetes name that also suits a Ray submission id; suffixes of up to 16 characters are added to it.
+_RUN_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
+_OVERRIDE_RE = re.compile(r"^[+~]{0,2}[A-Za-z_][A-Za-z0-9_.\-]*=.*$")
+_STACK_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+){0,2}$")
+DEFAULT_RECIPE = "examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml"
+
+
+class ConfigError(pulumi.RunError):
+    """A config value or infra output that cannot work. Pulumi prints the message alone."""
+
+    def __init__(self, key: str, value: Any, allowed: str) -> None:
+        self.key, self.value, self.allowed = key, value, allowed
+        super().__init__(f"config '{key}' = {value!r} is not allowed: {allowed}")
+
+
+@dataclass(frozen=True)
+class InfraOutputs:
+    """What the job stack needs from the infra stack's outputs (kubeconfig stays a secret Output)."""
+
+    namespace: str
+    ray_address: str
+    ray_cluster_name: str
+    pvc_name: str
+    mount_path: str
+    secret_keys: tuple[str, ...]
+    submitter_label: tuple[str, str]
+    gpus_per_node: int
+    ray_worker_replicas: int
+    image: str
+    ray_version: str
+    cpu_node_pool: str
+    lustre_capacity_gib: int
+    lustre_throughput_mbps_per_tib: int
+    dashboard_port_forward: str
+
+
+@dataclass(frozen=True)
+class PreflightSettings:
+    enabled: bool
+    min_busbw_gbps: float
+    lustre_gib_per_node: float
+    lustre_min_fraction: float
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    infra_stack: str
+    run_name: str
+    recipe: str
+    num_nodes: int
+    generation_nodes: int
+    max_num_steps: int
+    num_prompts_per_step: int
+    num_generations_per_prompt: int
+    vllm_tensor_parallel_size: int
+    vllm_gpu_memory_utilization: float
+    dtensor_tensor_parallel_size: int
+    convert_to_hf: bool
+    extra_overrides: tuple[str, ...]
+    preflight: PreflightSettings
+
+
+def _int(key: str, value: Any) -> int:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return int(str(value))
+    except (TypeError, ValueError):
+        raise ConfigError(key, value, "a whole number") from None
+
+
+def _float(key: str, value: Any) -> float:
+    try:
+        return float(str(value))
+    except (TypeError, ValueError):
+        raise ConfigError(key, value, "a number") from None
+
+
+def _bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("true", "false"):
+        return str(value).lower() == "true"
+    raise ConfigError(key, value, "true or false")
+
+
+def _positive(key: str, value: Any) -> int:
+    number = _int(key, value)
+    if number < 1:
+        raise ConfigError(key, number, "1 or more")
+    return number
+
+
+def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> InfraOutputs:
+    """Check the infra stack's outputs: a missing or malformed one names the output and the stack."""
+
+    def need(name: str, kind: type | tuple[type, ...]) -> Any:
+        if name not in outputs or outputs[name] is None:
+            raise ConfigError(
+                f"infraStack output '{name}'", None, f"an output of {stack}: run `pulumi up` in the infra project first"
+            )
+        value = outputs[name]
+        if isinstance(kind, tuple) and int in kind and isinstance(value, float) and value.is_integer():
+            value = int(value)  # numbers cross the stack boundary as floats
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            raise ConfigError(f"infraStack output '{name}'", value, f"a {getattr(kind, '__name__', kind)}")
+        return value
+
+    label = need("submitterPodLabel", dict)
+    if len(label) != 1:
+        raise ConfigError("infraStack output 'submitterPodLabel'", label, "one label key and value")
+    address = need("rayAddress", str)
+    if not re.match(r"^http://[a-z0-9.\-]+:[0-9]+$", address):
+        raise ConfigError("infraStack output 'rayAddress'", address, "http://HOST:PORT")
+    gpus = need("gpusPerNode", (int,))
+    replicas = need("rayWorkerReplicas", (int,))
+    if gpus < 1 or replicas < 1:
+        raise ConfigError("infraStack output 'gpusPerNode/rayWorkerReplicas'", (gpus, replicas), "positive numbers")
+    keys = need("secretKeys", list)
+    return InfraOutputs(
+        namespace=need("namespace", str),
+        ray_address=address,
+        ray_cluster_name=need("rayClusterName", str),
+        pvc_name=need("lustrePvcName", str),
+        mount_path=need("lustreMountPath", str).rstrip("/"),
+        secret_keys=tuple(str(k) for k in keys),
+        submitter_label=next((str(k), str(v)) for k, v in label.items()),
+        gpus_per_node=gpus,
+        ray_worker_replicas=replicas,
+        image=need("nemoRlImage", str),
+        ray_version=need("rayVersion", str),
+        cpu_node_pool=need("cpuNodePool", str),
+        lustre_capacity_gib=need("lustreCapacityGib", (int,)),
+        lustre_throughput_mbps_per_tib=need("lustreThroughputMbpsPerTib", (int,)),
+        dashboard_port_forward=need("dashboardPortForward", str),
+    )
+
+
+def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSettings:
+    """Validate job config (camelCase keys, as in jobs/Pulumi.yaml) against the infra it runs on. Pure."""
+    infra_stack = str(values.get("infraStack") or "")
+    if not _STACK_RE.match(infra_stack):
+        raise ConfigError("infraStack", infra_stack or None, "the infra stack, e.g. organization/nemo-rl-gke/h200")
+    run_name = str(values.get("runName", "grpo-gsm8k"))
+    if not _RUN_NAME_RE.match(run_name):
+        raise ConfigError(
+            "runName", run_name, "1-40 characters: a lowercase letter, then lowercase letters, digits or '-', "
+            "ending in a letter or digit (a Kubernetes name and Ray submission id prefix)"
+        )
+    recipe = str(values.get("recipe", DEFAULT_RECIPE))
+    if not recipe.startswith("examples/configs/") or not recipe.endswith(".yaml") or ".." in recipe:
+        raise ConfigError("recipe", recipe, "a NeMo RL recipe path under examples/configs/ ending in .yaml")
+
+    num_nodes = _positive("numNodes", values.get("numNodes", 2))
+    if num_nodes > infra.ray_worker_replicas:
+        raise ConfigError(
+            "numNodes", num_nodes, f"at most the infra's Ray GPU workers (rayWorkerReplicas = {infra.ray_worker_replicas})"
+        )
+    generation_nodes = _int("generationNodes", values.get("generationNodes", 1))
+    if generation_nodes < 0 or generation_nodes >= num_nodes:
+        raise ConfigError(
+            "generationNodes",
+            generation_nodes,
+            f"0 (generation colocated with training) or 1..{num_nodes - 1}: below numNodes ({num_nodes}) so that "
+            "training keeps at least one node",
+        )
+    gpus = infra.gpus_per_node
+    training_gpus = (num_nodes - generation_nodes) * gpus
+    generation_gpus = generation_nodes * gpus if generation_nodes else num_nodes * gpus
+    vllm_tp = _positive("vllmTensorParallelSize", values.get("vllmTensorParallelSize", 8))
+    if generation_gpus % vllm_tp or vllm_tp > gpus:
+        raise ConfigError(
+            "vllmTensorParallelSize", vllm_tp, f"a divisor of the {generation_gpus} generation GPUs, at most {gpus} (one node)"
+        )
+    dtensor_tp = _positive("dtensorTensorParallelSize", values.get("dtensorTensorParallelSize", 8))
+    if training_gpus % dtensor_tp:
+        raise ConfigError("dtensorTensorParallelSize", dtensor_tp, f"a divisor of the {training_gpus} training GPUs")
+    utilization = _float("vllmGpuMemoryUtilization", values.get("vllmGpuMemoryUtilization", 0.9))
+    if not 0 < utilization <= 1:
+        raise ConfigError("vllmGpuMemoryUtilization", utilization, "a fraction in (0, 1]")
+
+    extra = values.get("extraOverrides", [])
+    if not isinstance(extra, list):
+        raise ConfigError("extraOverrides", extra, "a list of key=value NeMo RL overrides")
+    for item in extra:
+        if not isinstance(item, str) or not _OVERRIDE_RE.match(item):
+            raise ConfigError("extraOverrides", item, "key=value (Hydra override syntax, + or ~ prefix allowed)")
+
+    min_busbw = _float("preflightMinBusbwGbps", values.get("preflightMinBusbwGbps", 100))
+    lustre_gib = _float("preflightLustreGibPerNode", values.get("preflightLustreGibPerNode", 16))
+    lustre_fraction = _float("preflightLustreMinFraction", values.get("preflightLustreMinFraction", 0.5))
+    if min_busbw <= 0:
+        raise ConfigError("preflightMinBusbwGbps", min_busbw, "a positive GB/s figure")
+    if lustre_gib <= 0:
+        raise ConfigError("preflightLustreGibPerNode", lustre_gib, "a positive size in GiB")
+    if not 0 < lustre_fraction <= 1:
+        raise ConfigError("preflightLustreMinFraction", lustre_fraction, "a fraction in (0, 1]")
+
+    return JobSettings(
+        infra_stack=infra_stack,
+        run_name=run_name,
+        recipe=recipe,
+        num_nodes=num_nodes,
+        generation_nodes=generation_nodes,
+        max_num_steps=_positive("maxNumSteps", values.get("maxNumSteps", 10)),
+        num_prompts_per_step=_positive("numPromptsPerStep", values.get("numPromptsPerStep", 16)),
+        num_generations_per_prompt=_positive("numGenerationsPerPrompt", values.get("numGenerationsPerPrompt", 32)),
+        vllm_tensor_parallel_size=vllm_tp,
+        vllm_gpu_memory_utilization=utilization,
+        dtensor_tensor_parallel_size=dtensor_tp,
+        convert_to_hf=_bool("convertToHf", values.get("convertToHf", True)),
+        extra_overrides=tuple(extra),
+        preflight=PreflightSettings(
+            enabled=_bool("preflight", values.get("preflight", True)),
+            min_busbw_gbps=min_busbw,
+            lustre_gib_per_node=lustre_gib,
+            lustre_min_fraction=lustre_fraction,
+        ),
+    )
+
+
+_PLAIN_KEYS = (
+    "infraStack", "runName", "recipe", "numNodes", "generationNodes", "maxNumSteps", "numPromptsPerStep",
+    "numGenerationsPerPrompt", "vllmTensorParallelSize", "vllmGpuMemoryUtilization", "dtensorTensorParallelSize",
+    "convertToHf", "preflight", "preflightMinBusbwGbps", "preflightLustreGibPerNode", "preflightLustreMinFraction",
+)  # fmt: skip
+
+
+def read_config() -> dict[str, Any]:
+    config = pulumi.Config()
+    values: dict[str, Any] = {key: config.get(key) for key in _PLAIN_KEYS if config.get(key) not in (None, "")}
+    extra = config.get_object("extraOverrides")
+    if extra is not None:
+        values["extraOverrides"] = extra
+    return values
