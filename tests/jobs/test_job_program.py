@@ -1,0 +1,310 @@
+"""The job stack: settings, overrides and pipeline as pure data, and the whole program under mocks fed with the
+outputs the infra program really exports (so the contract between the two stacks is tested from both sides)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, WANDB_KEY, run_infra_stack
+from launcher.pipeline import entrypoint_text, grpo_overrides, pipeline_script, pipeline_steps
+from launcher.settings import ConfigError, InfraOutputs, build_infra_outputs, build_job_settings
+
+from tools.offline import ProgramRun, load_stack_config, run_program
+
+JOBS = ROOT / "jobs"
+
+
+@pytest.fixture(scope="module")
+def infra_outputs() -> dict[str, dict[str, Any]]:
+    """What each infra stack file really exports."""
+    return {stack: run_infra_stack(stack).outputs for stack in ("dev", "h200", "b200")}
+
+
+def run_jobs(stack: str, infra_outputs: dict, overrides: dict[str, Any] | None = None) -> ProgramRun:
+    project, config = load_stack_config(JOBS, stack)
+    for key, value in (overrides or {}).items():
+        config[f"{project}:{key}"] = value
+    return run_program(
+        JOBS, config, stack=stack, stack_outputs={config[f"{project}:infraStack"]: infra_outputs[stack]}
+    )
+
+
+def infra_of(outputs: dict[str, Any]) -> InfraOutputs:
+    return build_infra_outputs(outputs)
+
+
+def job_with(infra: InfraOutputs, **values: Any):
+    return build_job_settings({"infraStack": "organization/nemo-rl-gke/h200", **values}, infra)
+
+
+# --- the overrides builder -----------------------------------------------------------------------------------
+
+
+def test_defaults_are_the_tutorial_run(infra_outputs):
+    infra = infra_of(infra_outputs["h200"])
+    overrides = grpo_overrides(job_with(infra), infra)
+    assert overrides[:5] == [
+        "cluster.num_nodes=2",
+        "cluster.gpus_per_node=8",
+        "grpo.max_num_steps=10",
+        "grpo.num_prompts_per_step=16",
+        "grpo.num_generations_per_prompt=32",
+    ]
+    for expected in (
+        "policy.generation.colocated.enabled=False",
+        "policy.generation.colocated.resources.num_nodes=1",
+        "policy.generation.colocated.resources.gpus_per_node=8",
+        "policy.generation.vllm_cfg.tensor_parallel_size=8",
+        "policy.generation.vllm_cfg.gpu_memory_utilization=0.9",
+        "policy.dtensor_cfg.tensor_parallel_size=8",
+        "checkpointing.checkpoint_dir=/data/grpo-gsm8k",
+        "data.dataset_name=ResponseDataset",
+        "+data.train_data_path=/data/datasets/gsm8k/train.jsonl",
+        "+data.val_data_path=/data/datasets/gsm8k/test.jsonl",
+        "+data.input_key=input",
+        "+data.output_key=output",
+    ):
+        assert expected in overrides, expected
+
+
+def test_input_and_output_keys_match_what_prepare_writes(infra_outputs):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("prepare_gsm8k", JOBS / "scripts" / "prepare_gsm8k.py")
+    assert spec and spec.loader
+    prepare = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = prepare  # dataclasses look their module up while the module executes
+    spec.loader.exec_module(prepare)
+    infra = infra_of(infra_outputs["h200"])
+    overrides = grpo_overrides(job_with(infra), infra)
+    assert f"+data.input_key={prepare.INPUT_KEY}" in overrides
+    assert f"+data.output_key={prepare.OUTPUT_KEY}" in overrides
+    assert f"+data.train_data_path=/data/datasets/gsm8k/{prepare.TRAIN_FILE}" in overrides
+    assert f"+data.val_data_path=/data/datasets/gsm8k/{prepare.TEST_FILE}" in overrides
+
+
+def test_wandb_when_the_key_exists_else_tensorboard(infra_outputs):
+    infra = infra_of(infra_outputs["h200"])
+    no_key = grpo_overrides(job_with(infra, runName="r1"), infra)
+    assert "logger.tensorboard_enabled=True" in no_key
+    assert "logger.log_dir=/data/r1/logs" in no_key
+    assert "logger.wandb_enabled=False" in no_key
+    with_key = infra_of({**infra_outputs["h200"], "secretKeys": ["HF_TOKEN", "WANDB_API_KEY"]})
+    overrides = grpo_overrides(job_with(with_key, runName="r1"), with_key)
+    assert "logger.wandb_enabled=True" in overrides
+    assert "logger.wandb.name=r1" in overrides
+    assert "logger.tensorboard_enabled=False" in overrides
+
+
+def test_colocated_generation(infra_outputs):
+    infra = infra_of(infra_outputs["h200"])
+    overrides = grpo_overrides(job_with(infra, generationNodes=0), infra)
+    assert "policy.generation.colocated.enabled=True" in overrides
+    assert not any(o.startswith("policy.generation.colocated.resources") for o in overrides)
+
+
+def test_extra_overrides_come_last(infra_outputs):
+    infra = infra_of(infra_outputs["h200"])
+    extra = ["grpo.max_num_steps=99", "+policy.foo=1"]
+    overrides = grpo_overrides(job_with(infra, extraOverrides=extra), infra)
+    assert overrides[-2:] == extra
+
+
+# --- validation ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "key", "fragment"),
+    [
+        ({"numNodes": 3}, "numNodes", "rayWorkerReplicas = 2"),
+        ({"numNodes": 2, "generationNodes": 2}, "generationNodes", "below numNodes"),
+        ({"generationNodes": -1}, "generationNodes", "0 (generation colocated"),
+        ({"vllmTensorParallelSize": 3}, "vllmTensorParallelSize", "divisor of the 8 generation GPUs"),
+        ({"vllmTensorParallelSize": 16, "generationNodes": 0}, "vllmTensorParallelSize", "at most 8"),
+        ({"dtensorTensorParallelSize": 5}, "dtensorTensorParallelSize", "divisor of the 8 training GPUs"),
+        ({"maxNumSteps": 0}, "maxNumSteps", "1 or more"),
+        ({"numPromptsPerStep": -4}, "numPromptsPerStep", "1 or more"),
+        ({"numGenerationsPerPrompt": 0}, "numGenerationsPerPrompt", "1 or more"),
+        ({"runName": "Bad_Name"}, "runName", "Kubernetes name"),
+        ({"runName": "a" * 41}, "runName", "1-40 characters"),
+        ({"vllmGpuMemoryUtilization": 1.5}, "vllmGpuMemoryUtilization", "(0, 1]"),
+        ({"extraOverrides": ["no-equals-sign"]}, "extraOverrides", "key=value"),
+        ({"recipe": "/etc/passwd"}, "recipe", "examples/configs/"),
+        ({"infraStack": ""}, "infraStack", "organization/nemo-rl-gke/h200"),
+        ({"preflightLustreMinFraction": 2}, "preflightLustreMinFraction", "(0, 1]"),
+    ],
+)
+def test_bad_job_config_names_key_and_value(infra_outputs, values, key, fragment):
+    infra = infra_of(infra_outputs["h200"])
+    with pytest.raises(ConfigError) as caught:
+        job_with(infra, **values)
+    assert caught.value.key == key
+    assert f"'{key}'" in str(caught.value)
+    assert fragment in str(caught.value)
+
+
+def test_training_gpus_divide_dtensor_tp_with_more_nodes(infra_outputs):
+    infra = infra_of({**infra_outputs["h200"], "rayWorkerReplicas": 4})
+    job = job_with(infra, numNodes=4, generationNodes=1, dtensorTensorParallelSize=8)
+    assert job.num_nodes == 4  # 24 training GPUs, TP 8 divides them
+    with pytest.raises(ConfigError, match="divisor of the 24 training GPUs"):
+        job_with(infra, numNodes=4, generationNodes=1, dtensorTensorParallelSize=16)
+
+
+@pytest.mark.parametrize(
+    ("change", "name"),
+    [({"rayAddress": None}, "rayAddress"), ({"gpusPerNode": "eight"}, "gpusPerNode"), ({"submitterPodLabel": {}}, "submitterPodLabel")],
+)
+def test_missing_or_malformed_infra_output(infra_outputs, change, name):
+    outputs = {**infra_outputs["h200"], **change}
+    with pytest.raises(ConfigError) as caught:
+        build_infra_outputs(outputs, stack="org/nemo-rl-gke/h200")
+    assert name in caught.value.key
+
+
+# --- pipeline --------------------------------------------------------------------------------------------------
+
+
+def test_pipeline_order_and_idempotent_ids(infra_outputs):
+    infra = infra_of(infra_outputs["h200"])
+    steps = pipeline_steps(job_with(infra, runName="exp1"), infra)
+    assert [s.name for s in steps] == ["preflight-nccl", "preflight-lustre", "prepare-data", "train", "convert-hf"]
+    assert [s.submission_id for s in steps] == [f"exp1-{s.name}" for s in steps]
+    # Same config, same ids: a restarted pod finds the jobs it already submitted.
+    again = pipeline_steps(job_with(infra, runName="exp1"), infra)
+    assert [s.submission_id for s in again] == [s.submission_id for s in steps]
+    skipped = pipeline_steps(job_with(infra, runName="exp1", preflight=False, convertToHf=False), infra)
+    assert [s.name for s in skipped] == ["prepare-data", "train"]
+
+
+def test_entrypoints_pin_nothing_at_run_time(infra_outputs):
+    infra = infra_of(infra_outputs["h200"])
+    steps = pipeline_steps(job_with(infra), infra)
+    train = next(s for s in steps if s.name == "train")
+    text = entrypoint_text(train)
+    assert text.startswith("cd /opt/nemo-rl && uv run python examples/run_grpo_math.py --config=examples/configs/")
+    for step in steps:
+        assert not re.search(r"\b(git|pip|sed|apt-get)\b", entrypoint_text(step)), step.name
+    nccl = next(s for s in steps if s.name == "preflight-nccl")
+    assert "--nodes=2" in nccl.entrypoint and "--gpus-per-node=8" in nccl.entrypoint
+    lustre = next(s for s in steps if s.name == "preflight-lustre")
+    assert "--capacity-gib=18000" in lustre.entrypoint and "--tier-mbps-per-tib=500" in lustre.entrypoint
+
+
+def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failure(infra_outputs, tmp_path: Path):
+    """Run the generated script with a fake submitter: steps in order, stop at the first failure, exit code kept."""
+    import subprocess
+
+    infra = infra_of(infra_outputs["h200"])
+    job = job_with(infra, runName="exp2")
+    steps = pipeline_steps(job, infra)
+    script = pipeline_script(job, infra, steps)
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    log = tmp_path / "calls.log"
+    # `python SUBMITTER ... --submission-id=ID ...`: record the id; fail with 3 on the train step.
+    (fake_bin / "python").write_text(
+        "#!/bin/bash\n"
+        f'for a in "$@"; do case "$a" in --submission-id=*) id="${{a#*=}}";; esac; done\n'
+        f'echo "$id" >> {log}\n'
+        'case "$id" in *-train) exit 3;; esac\n'
+    )
+    (fake_bin / "python").chmod(0o755)
+    for tool in ("mkdir", "cp"):
+        (fake_bin / tool).write_text("#!/bin/bash\nexit 0\n")
+        (fake_bin / tool).chmod(0o755)
+    result = subprocess.run(
+        ["bash", "-c", script], env={"PATH": f"{fake_bin}:/usr/bin:/bin"}, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 3
+    assert log.read_text().split() == ["exp2-preflight-nccl", "exp2-preflight-lustre", "exp2-prepare-data", "exp2-train"]
+    assert "step train did not succeed (exit 3)" in result.stderr
+
+
+def test_submitter_gets_the_entrypoint_as_one_bash_command(infra_outputs):
+    infra = infra_of(infra_outputs["h200"])
+    job = job_with(infra)
+    steps = pipeline_steps(job, infra)
+    script = pipeline_script(job, infra, steps)
+    line = next(line for line in script.splitlines() if "--submission-id=grpo-gsm8k-train" in line)
+    words = shlex.split(line.removesuffix(" || {"))
+    after = words[words.index("--") + 1 :]
+    assert after[:2] == ["bash", "-c"] and after[2] == entrypoint_text(steps[3])
+    assert f"--address={infra.ray_address}" in words
+
+
+# --- the program under mocks -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["dev", "h200", "b200"])
+def test_job_program_against_real_infra_outputs(infra_outputs, stack):
+    run = run_jobs(stack, infra_outputs)
+    infra = infra_outputs[stack]
+    job = run.one("kubernetes:batch/v1:Job").inputs
+    spec, pod = job["spec"], job["spec"]["template"]["spec"]
+    label_key, label_value = next(iter(infra["submitterPodLabel"].items()))
+    # The infra NetworkPolicy admits pods with this label to the Ray head.
+    assert job["spec"]["template"]["metadata"]["labels"][label_key] == label_value
+    assert job["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    assert job["metadata"]["namespace"] == infra["namespace"]
+    assert spec["backoffLimit"] >= 1 and spec["ttlSecondsAfterFinished"] > 0
+    assert pod["restartPolicy"] == "Never"
+    container = pod["containers"][0]
+    assert container["image"] == infra["nemoRlImage"]
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-nodepool": infra["cpuNodePool"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["data"]["persistentVolumeClaim"]["claimName"] == infra["lustrePvcName"]
+    config_map = run.one("kubernetes:core/v1:ConfigMap").inputs
+    assert volumes["launcher"]["configMap"]["name"] == config_map["metadata"]["name"]
+    assert set(config_map["data"]) == {
+        "ray_submit.py", "prepare_gsm8k.py", "convert_checkpoint.py", "nccl_allreduce.py", "lustre_io.py", "pipeline.sh"
+    }  # fmt: skip
+    assert config_map["data"]["ray_submit.py"] == (JOBS / "ray_submit.py").read_text()
+    # The Job's address and ids come from the infra outputs.
+    assert f"--address={infra['rayAddress']}" in config_map["data"]["pipeline.sh"]
+    provider = run.one("pulumi:providers:kubernetes")
+    assert all(r.provider.startswith(provider.urn) for r in run.resources if r.type.startswith("kubernetes:") and r.custom)
+    assert run.outputs["followLogs"] == f"kubectl --namespace {infra['namespace']} logs -f job/{run.outputs['jobName']}"
+    assert run.outputs["dashboardPortForward"] == infra["dashboardPortForward"]
+
+
+def test_job_program_pipeline_output_lists_every_step(infra_outputs):
+    run = run_jobs("dev", infra_outputs)
+    pipeline = run.outputs["pipeline"]
+    assert [p["submissionId"] for p in pipeline] == [
+        "smoke-qwen-1p5b-preflight-nccl",
+        "smoke-qwen-1p5b-preflight-lustre",
+        "smoke-qwen-1p5b-prepare-data",
+        "smoke-qwen-1p5b-train",
+        "smoke-qwen-1p5b-convert-hf",
+    ]
+    train = pipeline[3]["entrypoint"]
+    assert "cluster.num_nodes=1" in train and "policy.generation.colocated.enabled=True" in train
+
+
+def test_job_program_rejects_more_nodes_than_the_infra_has(infra_outputs):
+    with pytest.raises(ConfigError, match="numNodes"):
+        run_jobs("dev", infra_outputs, {"numNodes": 2})
+
+
+def test_job_program_never_sees_tokens(infra_outputs):
+    infra = {**infra_outputs["h200"], "secretKeys": ["HF_TOKEN", "WANDB_API_KEY"]}
+    run = run_jobs("h200", {"h200": infra})
+    everything = json.dumps([r.inputs for r in run.resources]) + json.dumps(run.outputs)
+    assert WANDB_KEY not in everything
+    assert "hf_TESTTOKEN" not in everything
+    # The kubeconfig came in as a secret and the provider stores it encrypted.
+    provider = run.one("pulumi:providers:kubernetes")
+    assert provider.raw_inputs["kubeconfig"].get("4dabf18193072939515e22adb298388d")
+
+
+def test_job_stack_files_match_their_infra_stacks():
+    for stack in ("dev", "h200", "b200"):
+        _, config = load_stack_config(JOBS, stack)
+        assert config["nemo-rl-jobs:infraStack"].endswith(f"/nemo-rl-gke/{stack}")
