@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if result.returncode != 0:
         print(f"convert_checkpoint: converter exited {result.returncode}", file=sys.stderr)
         return 1
+    args.output_dir.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps({"step_dir": str(step_dir)}))
     print(f"convert_checkpoint: {step_dir.name} -> {args.output_dir}")
     return 0
