@@ -58,7 +58,7 @@ def build_kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
                     "exec": {
                         "apiVersion": "client.authentication.k8s.io/v1beta1",
                         "command": "gke-gcloud-auth-plugin",
-                        "installHint": "Install gke-gcloud-auth-plugin: gcloud components install gke-gcloud-auth-plugin",
+                        "installHint": "gcloud components install gke-gcloud-auth-plugin",
                         "provideClusterInfo": True,
                     }
                 },

@@ -82,9 +82,7 @@ class GpuNodePool(pulumi.ComponentResource):
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
             # Reserved capacity has no room for a surge node: upgrade one node at a time in place.
             upgrade_settings=gcp.container.NodePoolUpgradeSettingsArgs(max_surge=0, max_unavailable=1),
-            network_config=gcp.container.NodePoolNetworkConfigArgs(
-                additional_node_network_configs=additional_networks
-            ),
+            network_config=gcp.container.NodePoolNetworkConfigArgs(additional_node_network_configs=additional_networks),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=preset.machine_type,
                 guest_accelerators=[

@@ -243,7 +243,9 @@ def _pod_resources(key: str, raw: Any, default: PodResources) -> PodResources:
         if memory_bytes(memory) <= 0:
             raise ValueError
     except ValueError:
-        raise ConfigError(f"{key}.memory", memory, "a positive Kubernetes memory quantity such as 500G or 2400Gi") from None
+        raise ConfigError(
+            f"{key}.memory", memory, "a positive Kubernetes memory quantity such as 500G or 2400Gi"
+        ) from None
     return PodResources(cpu=cpu, memory=memory)
 
 
@@ -283,7 +285,9 @@ def _gke_version(value: Any, preset: GpuPreset) -> str:
     minimum_minor = int(preset.min_gke_version.split(".")[1])
     if not match or int(match.group(1)) < minimum_minor:
         raise ConfigError(
-            "gkeVersion", version, f"a GKE version such as 1.33 at or above {preset.min_gke_version} for {preset.gpu_type}"
+            "gkeVersion",
+            version,
+            f"a GKE version such as 1.33 at or above {preset.min_gke_version} for {preset.gpu_type}",
         )
     # The legacy Lustre port and multi-networking need recent minors; 1.32 and 1.33 are what we test.
     return version
@@ -358,7 +362,9 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
 
     image = str(values.get("nemoRlImage", "nvcr.io/nvidia/nemo-rl:v0.5.0"))
     if not _IMAGE_RE.match(image) or image.endswith(":latest"):
-        raise ConfigError("nemoRlImage", image, "an image reference with a pinned tag, e.g. nvcr.io/nvidia/nemo-rl:v0.5.0")
+        raise ConfigError(
+            "nemoRlImage", image, "an image reference with a pinned tag, e.g. nvcr.io/nvidia/nemo-rl:v0.5.0"
+        )
     ray_version = values.get("rayVersion") or NEMO_RL_RAY_VERSIONS.get(image.rsplit(":", 1)[1])
     if not ray_version:
         raise ConfigError(
@@ -433,7 +439,9 @@ def load() -> tuple[InfraSettings, Secrets]:
     hf_token = config.get_secret("hfToken")
     if hf_token is None:
         raise ConfigError(
-            "hfToken", None, "required: your Hugging Face token, stored encrypted: pulumi config set --secret hfToken hf_..."
+            "hfToken",
+            None,
+            "required: your Hugging Face token, stored encrypted: pulumi config set --secret hfToken hf_...",
         )
     wandb_api_key = config.get_secret("wandbApiKey")
     # Presence only: the value stays a secret Output and never enters the settings object.

@@ -2,14 +2,15 @@
 
 import pulumi
 import pulumi_kubernetes as k8s
-
 from launcher.job import PipelineJob, PipelineJobArgs
 from launcher.pipeline import checkpoint_dir, entrypoint_text, pipeline_script, pipeline_steps
 from launcher.settings import ConfigError, build_infra_outputs, build_job_settings, read_config
 
 values = read_config()
 if not values.get("infraStack"):
-    raise ConfigError("infraStack", None, "required: the infra stack, e.g. pulumi config set infraStack organization/nemo-rl-gke/h200")
+    raise ConfigError(
+        "infraStack", None, "required: the infra stack, e.g. pulumi config set infraStack organization/nemo-rl-gke/h200"
+    )
 infra_ref = pulumi.StackReference(str(values["infraStack"]))
 
 
@@ -35,7 +36,9 @@ async def main() -> None:
     pulumi.export("followLogs", job_name.apply(lambda n: f"kubectl --namespace {infra.namespace} logs -f job/{n}"))
     pulumi.export("dashboardPortForward", infra.dashboard_port_forward)
     pulumi.export("checkpointDir", checkpoint_dir(job, infra))
-    pulumi.export("pipeline", [{"step": s.name, "submissionId": s.submission_id, "entrypoint": entrypoint_text(s)} for s in steps])
+    pulumi.export(
+        "pipeline", [{"step": s.name, "submissionId": s.submission_id, "entrypoint": entrypoint_text(s)} for s in steps]
+    )
 
 
 pulumi.run(main)

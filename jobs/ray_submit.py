@@ -97,15 +97,15 @@ class UsageError(Exception):
     """Bad command line; exit code 2."""
 
 
-class Unreachable(Exception):
+class UnreachableError(Exception):
     """The Ray Jobs API did not answer for longer than the connect timeout; exit code 4."""
 
 
-class Rejected(Exception):
+class RejectedError(Exception):
     """Ray refused the submission for a reason other than a duplicate id; exit code 1."""
 
 
-class Vanished(Exception):
+class VanishedError(Exception):
     """The job we were waiting for no longer exists on the cluster; exit code 1."""
 
 
@@ -248,7 +248,7 @@ def is_not_found(exc: BaseException) -> bool:
 
 
 class Outage:
-    """Tracks how long the API has been failing in a row; raises Unreachable past the limit."""
+    """Tracks how long the API has been failing in a row; raises UnreachableError past the limit."""
 
     def __init__(self, limit_s: float, address: str, out: Output, clock: Callable[[], float] = time.monotonic):
         self.limit_s = limit_s
@@ -266,14 +266,14 @@ class Outage:
         self._delay = BACKOFF_FIRST_S
 
     def failed(self, exc: BaseException, doing: str) -> float:
-        """Record a failure; return how long to back off, or raise Unreachable when the outage is too long."""
+        """Record a failure; return how long to back off, or raise UnreachableError when the outage is too long."""
         now = self._clock()
         self.failures += 1
         if self._since is None:
             self._since = now
             self._out.say(f"Ray at {self.address} is not answering ({doing}: {short(exc)}); retrying")
         if now - self._since >= self.limit_s:
-            raise Unreachable(
+            raise UnreachableError(
                 f"Ray Jobs API at {self.address} did not answer for {self.limit_s:g} s ({doing}: {short(exc)})"
             )
         delay = min(self._delay, max(0.0, self._since + self.limit_s - now))
@@ -402,7 +402,7 @@ async def watch(client: JobSubmissionClient, submission_id: str, outage: Outage,
         while True:
             info = await asyncio.to_thread(outage.call, lambda: lookup(client, submission_id), "polling job status")
             if info is None:
-                raise Vanished(
+                raise VanishedError(
                     f"job {submission_id} no longer exists on the Ray cluster (deleted, or the head restarted "
                     "without keeping its job table)"
                 )
@@ -500,11 +500,13 @@ def run(args: argparse.Namespace, entrypoint_words: list[str], runtime_env: dict
                     # Unknown whether Ray recorded the job: the next lookup tells.
                     time.sleep(outage.failed(exc, "submitting the job"))
                     continue
-                raise Rejected(f"Ray rejected job {sid}: {short(exc)}") from None
+                raise RejectedError(f"Ray rejected job {sid}: {short(exc)}") from None
             outage.ok()
             attached = True
             continue
 
+        if getattr(info, "entrypoint", entrypoint) != entrypoint:
+            out.say(f"note: job {sid} was submitted with a different entrypoint; that job is the one followed")
         if info.status.is_terminal() and not attached:
             return outcome(info, sid, out, earlier=True)
         if not attached:
@@ -543,15 +545,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return run(args, entrypoint, runtime_env, out)
-    except Unreachable as exc:
+    except UnreachableError as exc:
         out.say(f"{exc}")
         out.say(f"job {args.submission_id}: Ray unreachable at {args.address}")
         return EXIT_UNREACHABLE
-    except Rejected as exc:
+    except RejectedError as exc:
         out.say(f"{exc}")
         out.say(f"job {args.submission_id} FAILED (not accepted)")
         return EXIT_FAILED
-    except Vanished as exc:
+    except VanishedError as exc:
         out.say(f"{exc}")
         out.say(f"job {args.submission_id} FAILED (vanished)")
         return EXIT_FAILED

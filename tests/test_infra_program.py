@@ -65,7 +65,10 @@ def test_cluster(stack_run):
     assert inputs["datapathProvider"] == "ADVANCED_DATAPATH"
     assert inputs["enableMultiNetworking"] is True
     assert inputs["networkingMode"] == "VPC_NATIVE"
-    assert inputs["ipAllocationPolicy"] == {"clusterSecondaryRangeName": "pods", "servicesSecondaryRangeName": "services"}
+    assert inputs["ipAllocationPolicy"] == {
+        "clusterSecondaryRangeName": "pods",
+        "servicesSecondaryRangeName": "services",
+    }
     assert inputs["network"].endswith(f"/networks/{config['nemo-rl-gke:clusterName']}-net")
     addons = inputs["addonsConfig"]
     assert addons["rayOperatorConfigs"][0]["enabled"] is True
@@ -291,5 +294,11 @@ def test_h200_and_b200_stacks_differ_only_in_what_the_gpu_implies():
     h200 = yaml.safe_load(Path(ROOT / "Pulumi.h200.yaml").read_text())["config"]
     b200 = yaml.safe_load(Path(ROOT / "Pulumi.b200.yaml").read_text())["config"]
     differing = {key for key in h200.keys() | b200.keys() if h200.get(key) != b200.get(key)}
-    gpu_bound = {"gcp:region", "nemo-rl-gke:zone", "nemo-rl-gke:gpuType", "nemo-rl-gke:reservation", "nemo-rl-gke:clusterName"}
+    gpu_bound = {
+        "gcp:region",
+        "nemo-rl-gke:zone",
+        "nemo-rl-gke:gpuType",
+        "nemo-rl-gke:reservation",
+        "nemo-rl-gke:clusterName",
+    }
     assert differing <= gpu_bound

@@ -146,7 +146,9 @@ def test_lustre_capacity_valid_steps(tier: int, capacity: int):
 
 
 def test_lustre_unknown_tier():
-    expect_error("lustre.perUnitStorageThroughput", "300", "[125, 250, 500, 1000]", lustre={"perUnitStorageThroughput": 300})
+    expect_error(
+        "lustre.perUnitStorageThroughput", "300", "[125, 250, 500, 1000]", lustre={"perUnitStorageThroughput": 300}
+    )
 
 
 @pytest.mark.parametrize("filesystem", ["lustre_fs", "waytoolongname", ""])
@@ -169,11 +171,15 @@ def test_overlapping_ranges():
 
 
 def test_pod_range_overlapping_node_subnet():
-    expect_error("networkRanges.pods", "10.0.0.0/14", "networkRanges.clusterSubnet", networkRanges={"pods": "10.0.0.0/14"})
+    expect_error(
+        "networkRanges.pods", "10.0.0.0/14", "networkRanges.clusterSubnet", networkRanges={"pods": "10.0.0.0/14"}
+    )
 
 
 def test_rdma_subnets_must_be_eight():
-    expect_error("networkRanges.rdmaSubnets", "192.168.1.0/24", "exactly 8", networkRanges={"rdmaSubnets": ["192.168.1.0/24"]})
+    expect_error(
+        "networkRanges.rdmaSubnets", "192.168.1.0/24", "exactly 8", networkRanges={"rdmaSubnets": ["192.168.1.0/24"]}
+    )
 
 
 def test_public_range_rejected():
@@ -194,7 +200,11 @@ def test_worker_resources_must_fit_the_gpu_machine():
     # 3500Gi fits an A4 node (3968 GB) but not an A3 Ultra node (2952 GB).
     assert settings_with(rayWorker={"cpu": 206, "memory": "3500Gi"}).ray_worker.memory == "3500Gi"
     expect_error(
-        "rayWorker.memory", "3500Gi", "a3-ultragpu-8g", gpuType="nvidia-h200-141gb", rayWorker={"cpu": 206, "memory": "3500Gi"}
+        "rayWorker.memory",
+        "3500Gi",
+        "a3-ultragpu-8g",
+        gpuType="nvidia-h200-141gb",
+        rayWorker={"cpu": 206, "memory": "3500Gi"},
     )
 
 
@@ -216,7 +226,9 @@ def test_bad_service_account_name():
 
 
 def test_unpinned_image():
-    expect_error("nemoRlImage", "nvcr.io/nvidia/nemo-rl:latest", "pinned tag", nemoRlImage="nvcr.io/nvidia/nemo-rl:latest")
+    expect_error(
+        "nemoRlImage", "nvcr.io/nvidia/nemo-rl:latest", "pinned tag", nemoRlImage="nvcr.io/nvidia/nemo-rl:latest"
+    )
 
 
 def test_unknown_image_needs_ray_version():

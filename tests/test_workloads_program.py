@@ -39,10 +39,17 @@ def test_network_mapping(stack_run):
     param_sets = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in run.of_type(PARAM_SET)}
     networks = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in run.of_type(NETWORK)}
     expected_names = [nic.network for nic in extra_nics()]
-    assert sorted(param_sets) == sorted(networks) == sorted(expected_names) == sorted(
-        ["gvnic-1"] + [f"rdma-{n}" for n in range(8)]
+    assert (
+        sorted(param_sets)
+        == sorted(networks)
+        == sorted(expected_names)
+        == sorted(["gvnic-1"] + [f"rdma-{n}" for n in range(8)])
     )
-    assert param_sets["gvnic-1"] == {"vpc": f"{prefix}-gvnic-net", "vpcSubnet": f"{prefix}-gvnic-sub", "deviceMode": "NetDevice"}
+    assert param_sets["gvnic-1"] == {
+        "vpc": f"{prefix}-gvnic-net",
+        "vpcSubnet": f"{prefix}-gvnic-sub",
+        "deviceMode": "NetDevice",
+    }
     for n in range(8):
         assert param_sets[f"rdma-{n}"] == {
             "vpc": f"{prefix}-rdma-net",
@@ -156,7 +163,9 @@ def test_workload_identity(stack_run):
     binding = run.one("gcp:serviceaccount/iAMMember:IAMMember").inputs
     assert binding["role"] == "roles/iam.workloadIdentityUser"
     assert binding["member"] == f"serviceAccount:{project}.svc.id.goog[default/generic-ksa]"
-    roles = {r.inputs["role"] for r in run.of_type("gcp:projects/iAMMember:IAMMember") if r.name.startswith("ray-identity")}
+    roles = {
+        r.inputs["role"] for r in run.of_type("gcp:projects/iAMMember:IAMMember") if r.name.startswith("ray-identity")
+    }
     assert roles == {"roles/logging.logWriter", "roles/storage.objectUser"}
     values = run.one(RELEASE).inputs["values"]
     assert values["head"]["serviceAccountName"] == "generic-ksa"
@@ -170,7 +179,11 @@ def test_ray_release(stack_run):
     assert re.fullmatch(r"\d+\.\d+\.\d+", release["version"])
     # GKE's RayOperator add-on is the operator: nothing installs kuberay-operator.
     assert not any("kuberay-operator" in json.dumps(r.inputs) for r in run.resources if r.type == RELEASE)
-    assert release["values"]["image"] == {"repository": "nvcr.io/nvidia/nemo-rl", "tag": "v0.5.0", "pullPolicy": "IfNotPresent"}
+    assert release["values"]["image"] == {
+        "repository": "nvcr.io/nvidia/nemo-rl",
+        "tag": "v0.5.0",
+        "pullPolicy": "IfNotPresent",
+    }
     assert release["values"]["head"]["rayVersion"] == "2.49.2"
 
 
@@ -190,7 +203,9 @@ def test_release_waits_for_everything_the_pods_need(stack_run):
     for resource in needed:
         direct = resource.urn in release.dependencies
         via_component = resource.parent in release.dependencies
-        assert direct or via_component or run.depends_on(release, resource), f"release does not wait for {resource.name}"
+        assert direct or via_component or run.depends_on(release, resource), (
+            f"release does not wait for {resource.name}"
+        )
 
 
 def test_head_network_policy(stack_run):
@@ -202,7 +217,9 @@ def test_head_network_policy(stack_run):
     sources = [peer for rule in spec["ingress"] for peer in rule["from"]]
     assert {"podSelector": {"matchLabels": {"ray.io/cluster": cluster}}} in sources
     label_key, label_value = next(iter(run.outputs["submitterPodLabel"].items()))
-    submitter_rule = next(r for r in spec["ingress"] if r["from"] == [{"podSelector": {"matchLabels": {label_key: label_value}}}])
+    submitter_rule = next(
+        r for r in spec["ingress"] if r["from"] == [{"podSelector": {"matchLabels": {label_key: label_value}}}]
+    )
     assert {p["port"] for p in submitter_rule["ports"]} == {8265, 10001}
     # No rule admits everyone.
     assert all(rule.get("from") for rule in spec["ingress"])
@@ -223,7 +240,10 @@ def test_job_stack_outputs(stack_run):
     assert out["gpusPerNode"] == 8
     assert out["nemoRlImage"] == "nvcr.io/nvidia/nemo-rl:v0.5.0"
     assert out["rayVersion"] == "2.49.2"
-    assert out["dashboardPortForward"] == f"kubectl --namespace default port-forward service/{prefix}-ray-head-svc 8265:8265"
+    assert (
+        out["dashboardPortForward"]
+        == f"kubectl --namespace default port-forward service/{prefix}-ray-head-svc 8265:8265"
+    )
 
 
 def test_custom_namespace_is_created_and_used(run_infra: RunInfra):
@@ -247,7 +267,15 @@ def test_every_built_in_object_validates_strictly(run_infra: RunInfra, stack: st
     assert gke_minor == "1.33"
     objects = [m for m in manifests(run) if is_built_in(m)]
     kinds = {o["kind"] for o in objects}
-    assert kinds >= {"PersistentVolume", "PersistentVolumeClaim", "Secret", "ConfigMap", "ServiceAccount", "NetworkPolicy", "Namespace"}
+    assert kinds >= {
+        "PersistentVolume",
+        "PersistentVolumeClaim",
+        "Secret",
+        "ConfigMap",
+        "ServiceAccount",
+        "NetworkPolicy",
+        "Namespace",
+    }
     for obj in objects:
         kubernetes_validate.validate(obj, gke_minor, strict=True)
 

@@ -117,7 +117,9 @@ class CloudMocks(pulumi_mocks.Mocks):
             return f"projects/{project}/regions/{inputs.get('region')}/subnetworks/{name}", state
         if typ == "gcp:serviceaccount/account:Account":
             email = f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"
-            state.update(email=email, member=f"serviceAccount:{email}", name=f"projects/{project}/serviceAccounts/{email}")
+            state.update(
+                email=email, member=f"serviceAccount:{email}", name=f"projects/{project}/serviceAccounts/{email}"
+            )
             return state["name"], state
         if typ == "gcp:container/cluster:Cluster":
             state.update(endpoint="203.0.113.10", masterAuth={"clusterCaCertificate": _ca()})

@@ -1,4 +1,4 @@
-"""GKE's gIB NCCL installer: a DaemonSet that puts the RDMA NCCL plugin on every GPU node at /home/kubernetes/bin/gib."""
+"""GKE's gIB NCCL installer: a DaemonSet that puts the RDMA NCCL plugin on each GPU node (/home/kubernetes/bin/gib)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -49,7 +49,7 @@ class RayHeadPolicy(pulumi.ComponentResource):
         self.policy = k8s.networking.v1.NetworkPolicy(
             name,
             metadata=k8s.meta.v1.ObjectMetaArgs(name=args.name, namespace=args.namespace),
-            spec=head_policy_spec(args),
+            spec=cast(k8s.networking.v1.NetworkPolicySpecArgsDict, head_policy_spec(args)),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"name": self.policy.metadata.name})

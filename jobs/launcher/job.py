@@ -124,7 +124,9 @@ class PipelineJob(pulumi.ComponentResource):
                                     seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
                                 ),
                                 volume_mounts=[
-                                    k8s.core.v1.VolumeMountArgs(name="launcher", mount_path=SCRIPTS_MOUNT, read_only=True),
+                                    k8s.core.v1.VolumeMountArgs(
+                                        name="launcher", mount_path=SCRIPTS_MOUNT, read_only=True
+                                    ),
                                     k8s.core.v1.VolumeMountArgs(name="data", mount_path=infra.mount_path),
                                     k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
                                 ],

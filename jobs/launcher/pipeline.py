@@ -72,7 +72,11 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
         "+data.output_key=output",
     ]
     if "WANDB_API_KEY" in infra.secret_keys:
-        overrides += ["logger.wandb_enabled=True", f"logger.wandb.name={job.run_name}", "logger.tensorboard_enabled=False"]
+        overrides += [
+            "logger.wandb_enabled=True",
+            f"logger.wandb.name={job.run_name}",
+            "logger.tensorboard_enabled=False",
+        ]
     else:
         overrides += ["logger.wandb_enabled=False", "logger.tensorboard_enabled=True", f"logger.log_dir={ckpt}/logs"]
     return overrides + list(job.extra_overrides)
@@ -168,6 +172,7 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
         f"cp -L {SCRIPTS_MOUNT}/*.py {shlex.quote(scripts)}/",
     ]
     for number, step in enumerate(steps, start=1):
+        hint = step.on_failure.replace("'", "")  # inside single quotes in the script
         runtime_env = json.dumps({"env_vars": step.env_vars}) if step.env_vars else ""
         command = ["python", SUBMITTER, f"--address={infra.ray_address}", f"--submission-id={step.submission_id}"]
         if runtime_env:
@@ -178,7 +183,7 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
             f"echo '=== step {number}/{len(steps)}: {step.name} ({step.submission_id})'",
             f"{shlex.join(command)} || {{",
             "  rc=$?",
-            f"  echo 'step {step.name} did not succeed (exit '$rc'). Check: {step.on_failure.replace(chr(39), '')}' >&2",
+            f"  echo 'step {step.name} did not succeed (exit '$rc'). Check: {hint}' >&2",
             "  exit $rc",
             "}",
         ]

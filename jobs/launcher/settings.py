@@ -114,7 +114,7 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         value = outputs[name]
         if isinstance(kind, tuple) and int in kind and isinstance(value, float) and value.is_integer():
             value = int(value)  # numbers cross the stack boundary as floats
-        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
             raise ConfigError(f"infraStack output '{name}'", value, f"a {getattr(kind, '__name__', kind)}")
         return value
 
@@ -156,8 +156,10 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
     run_name = str(values.get("runName", "grpo-gsm8k"))
     if not _RUN_NAME_RE.match(run_name):
         raise ConfigError(
-            "runName", run_name, "1-40 characters: a lowercase letter, then lowercase letters, digits or '-', "
-            "ending in a letter or digit (a Kubernetes name and Ray submission id prefix)"
+            "runName",
+            run_name,
+            "1-40 characters: a lowercase letter, then lowercase letters, digits or '-', "
+            "ending in a letter or digit (a Kubernetes name and Ray submission id prefix)",
         )
     recipe = str(values.get("recipe", DEFAULT_RECIPE))
     if not recipe.startswith("examples/configs/") or not recipe.endswith(".yaml") or ".." in recipe:
@@ -166,7 +168,9 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
     num_nodes = _positive("numNodes", values.get("numNodes", 2))
     if num_nodes > infra.ray_worker_replicas:
         raise ConfigError(
-            "numNodes", num_nodes, f"at most the infra's Ray GPU workers (rayWorkerReplicas = {infra.ray_worker_replicas})"
+            "numNodes",
+            num_nodes,
+            f"at most the infra's Ray GPU workers (rayWorkerReplicas = {infra.ray_worker_replicas})",
         )
     generation_nodes = _int("generationNodes", values.get("generationNodes", 1))
     if generation_nodes < 0 or generation_nodes >= num_nodes:
@@ -182,7 +186,9 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
     vllm_tp = _positive("vllmTensorParallelSize", values.get("vllmTensorParallelSize", 8))
     if generation_gpus % vllm_tp or vllm_tp > gpus:
         raise ConfigError(
-            "vllmTensorParallelSize", vllm_tp, f"a divisor of the {generation_gpus} generation GPUs, at most {gpus} (one node)"
+            "vllmTensorParallelSize",
+            vllm_tp,
+            f"a divisor of the {generation_gpus} generation GPUs, at most {gpus} (one node)",
         )
     dtensor_tp = _positive("dtensorTensorParallelSize", values.get("dtensorTensorParallelSize", 8))
     if training_gpus % dtensor_tp:

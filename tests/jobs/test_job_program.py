@@ -30,9 +30,7 @@ def run_jobs(stack: str, infra_outputs: dict, overrides: dict[str, Any] | None =
     project, config = load_stack_config(JOBS, stack)
     for key, value in (overrides or {}).items():
         config[f"{project}:{key}"] = value
-    return run_program(
-        JOBS, config, stack=stack, stack_outputs={config[f"{project}:infraStack"]: infra_outputs[stack]}
-    )
+    return run_program(JOBS, config, stack=stack, stack_outputs={config[f"{project}:infraStack"]: infra_outputs[stack]})
 
 
 def infra_of(outputs: dict[str, Any]) -> InfraOutputs:
@@ -159,7 +157,11 @@ def test_training_gpus_divide_dtensor_tp_with_more_nodes(infra_outputs):
 
 @pytest.mark.parametrize(
     ("change", "name"),
-    [({"rayAddress": None}, "rayAddress"), ({"gpusPerNode": "eight"}, "gpusPerNode"), ({"submitterPodLabel": {}}, "submitterPodLabel")],
+    [
+        ({"rayAddress": None}, "rayAddress"),
+        ({"gpusPerNode": "eight"}, "gpusPerNode"),
+        ({"submitterPodLabel": {}}, "submitterPodLabel"),
+    ],
 )
 def test_missing_or_malformed_infra_output(infra_outputs, change, name):
     outputs = {**infra_outputs["h200"], **change}
@@ -223,7 +225,12 @@ def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failu
         ["bash", "-c", script], env={"PATH": f"{fake_bin}:/usr/bin:/bin"}, capture_output=True, text=True, check=False
     )
     assert result.returncode == 3
-    assert log.read_text().split() == ["exp2-preflight-nccl", "exp2-preflight-lustre", "exp2-prepare-data", "exp2-train"]
+    assert log.read_text().split() == [
+        "exp2-preflight-nccl",
+        "exp2-preflight-lustre",
+        "exp2-prepare-data",
+        "exp2-train",
+    ]
     assert "step train did not succeed (exit 3)" in result.stderr
 
 
@@ -269,7 +276,9 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     # The Job's address and ids come from the infra outputs.
     assert f"--address={infra['rayAddress']}" in config_map["data"]["pipeline.sh"]
     provider = run.one("pulumi:providers:kubernetes")
-    assert all(r.provider.startswith(provider.urn) for r in run.resources if r.type.startswith("kubernetes:") and r.custom)
+    assert all(
+        r.provider.startswith(provider.urn) for r in run.resources if r.type.startswith("kubernetes:") and r.custom
+    )
     assert run.outputs["followLogs"] == f"kubectl --namespace {infra['namespace']} logs -f job/{run.outputs['jobName']}"
     assert run.outputs["dashboardPortForward"] == infra["dashboardPortForward"]
 

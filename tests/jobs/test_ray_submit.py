@@ -1,0 +1,618 @@
+"""Tests for jobs/ray_submit.py against a real Ray head (one per session, on 127.0.0.1 only).
+
+Most tests run the script as a subprocess, which is how the Kubernetes Job uses it. A few in-process tests load it
+by path to drive paths a real cluster cannot produce on demand (the submit race, an outage past the timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.server
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "jobs" / "ray_submit.py"
+RAY_BIN = Path(sys.executable).parent / "ray"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("ray_submit_under_test", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+rs = _load_script()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _free_ports(count: int) -> list[int]:
+    """Distinct free TCP ports on 127.0.0.1 (all held open until all are chosen, so none repeats)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _closed_port() -> int:
+    return _free_ports(1)[0]
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _api_answers(address: str) -> bool:
+    try:
+        rs.probe_version(address)
+    except Exception:
+        return False
+    return True
+
+
+def _proc_children() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def _pids_mentioning(text: str) -> set[int]:
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.add(int(entry))
+    return found
+
+
+def _ray_processes(temp_dir: str, gcs_address: str) -> set[int]:
+    """Every process of our Ray head: those whose command line names our temp dir or our GCS address (the Ray
+    Client server names only the latter, and outlives `ray start` as an orphan), and all their descendants
+    (workers rename themselves to ray::..., so they are only found through their parents)."""
+    roots = _pids_mentioning(temp_dir) | _pids_mentioning(f"--address={gcs_address}")
+    children = _proc_children()
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        stack.extend(children.get(pid, []))
+    return seen
+
+
+def _wide_listeners(pids: set[int]) -> list[str]:
+    """Listening TCP sockets of these processes that are not on a loopback address, as 'pid hexaddr:port'."""
+    inode_owner: dict[str, int] = {}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inode_owner[link[8:-1]] = pid
+    loopback = ("0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F")
+    wide = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and inode in inode_owner and local.split(":")[0] not in loopback:
+                wide.append(f"{inode_owner[inode]} {local}")
+    return wide
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _kill_all(pids: set[int]) -> None:
+    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.2)
+        pids = {p for p in pids if _alive(p)}
+        if not pids:
+            return
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The Ray head
+
+
+@pytest.fixture(scope="session")
+def ray_address() -> Iterator[str]:
+    temp_dir = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
+    (
+        gcs,
+        dashboard,
+        client_server,
+        agent_listen,
+        agent_grpc,
+        metrics,
+        node_manager,
+        object_manager,
+        runtime_env_agent,
+    ) = _free_ports(9)
+    cmd = [
+        str(RAY_BIN),
+        "start",
+        "--head",
+        "--node-ip-address=127.0.0.1",
+        f"--port={gcs}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard}",
+        f"--ray-client-server-port={client_server}",
+        f"--dashboard-agent-listen-port={agent_listen}",
+        f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--metrics-export-port={metrics}",
+        f"--node-manager-port={node_manager}",
+        f"--object-manager-port={object_manager}",
+        f"--runtime-env-agent-port={runtime_env_agent}",
+        "--num-cpus=2",
+        "--num-gpus=0",
+        "--include-dashboard=true",
+        "--disable-usage-stats",
+        f"--temp-dir={temp_dir}",
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # Ray swaps 127.0.0.1 for the host's outward IP (and then listens on all interfaces) unless told that this is
+    # a single-machine cluster; with this switch off every Ray server listens on 127.0.0.1 only.
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    gcs_address = f"127.0.0.1:{gcs}"
+    address = f"http://127.0.0.1:{dashboard}"
+    try:
+        started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
+        assert started.returncode == 0, f"ray start failed:\n{started.stdout}\n{started.stderr}"
+        _wait_for(lambda: _api_answers(address), 90, "the Ray Jobs API")
+        assert not _wide_listeners(_ray_processes(temp_dir, gcs_address)), "Ray must listen on 127.0.0.1 only"
+        yield address
+    finally:
+        _kill_all(_ray_processes(temp_dir, gcs_address))
+        left = {p for p in _ray_processes(temp_dir, gcs_address) if _alive(p)}
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        assert not left, f"Ray processes left running: {sorted(left)}"
+
+
+@pytest.fixture(scope="session")
+def client(ray_address: str) -> Any:
+    from ray.job_submission import JobSubmissionClient
+
+    return JobSubmissionClient(ray_address)
+
+
+def _new_id(label: str) -> str:
+    return f"t-{label}-{uuid.uuid4().hex[:8]}"
+
+
+def _cmd(address: str, sid: str, *entrypoint: str, extra: tuple[str, ...] = ()) -> list[str]:
+    return [sys.executable, str(SCRIPT), "--address", address, "--submission-id", sid, *extra, "--", *entrypoint]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _run(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=_env(), check=False)
+
+
+def _start(args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _jobs_with_id(client: Any, sid: str) -> list[Any]:
+    return [job for job in client.list_jobs() if job.submission_id == sid]
+
+
+def _status(client: Any, sid: str) -> str | None:
+    try:
+        return str(client.get_job_status(sid))
+    except RuntimeError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Against the real head
+
+
+def test_succeeded_streams_logs_once_and_exits_0(ray_address: str, client: Any) -> None:
+    sid = _new_id("ok")
+    # The job prints "answer-42"; the entrypoint text itself does not contain that string.
+    result = _run(_cmd(ray_address, sid, "sh", "-c", "echo answer-$((6*7)); echo second-$((1+1))"))
+    assert result.returncode == rs.EXIT_SUCCEEDED == 0, result.stdout + result.stderr
+    assert result.stdout.count("answer-42") == 1, result.stdout
+    assert result.stdout.count("second-2") == 1, result.stdout
+    assert result.stdout.index("answer-42") < result.stdout.index("second-2")
+    assert _last_line(result.stdout) == f"ray_submit: job {sid} SUCCEEDED"
+    assert str(client.get_job_status(sid)) == "SUCCEEDED"
+    assert len(_jobs_with_id(client, sid)) == 1
+
+
+def test_failed_job_exits_1(ray_address: str, client: Any) -> None:
+    sid = _new_id("fail")
+    result = _run(_cmd(ray_address, sid, "sh", "-c", "echo broken-$((2+3)); exit 7"))
+    assert result.returncode == rs.EXIT_FAILED == 1, result.stdout + result.stderr
+    # Streamed once; Ray's failure message (which repeats the last log lines) is not printed in full.
+    assert result.stdout.count("broken-5") == 1, result.stdout
+    assert _last_line(result.stdout) == f"ray_submit: job {sid} FAILED (driver exit code 7)"
+    assert f"ray job delete {sid}" in result.stdout  # tells the user how to retry
+    assert str(client.get_job_status(sid)) == "FAILED"
+
+
+def test_stopped_job_exits_3(ray_address: str, client: Any) -> None:
+    sid = _new_id("stop")
+    proc = _start(_cmd(ray_address, sid, "sh", "-c", "echo started-$((3*3)); sleep 60"))
+    try:
+        _wait_for(lambda: _status(client, sid) == "RUNNING", 60, "the job to run")
+        assert client.stop_job(sid) is True
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == rs.EXIT_STOPPED == 3, out
+    assert _last_line(out) == f"ray_submit: job {sid} STOPPED"
+    assert out.count("started-9") == 1, out
+    assert str(client.get_job_status(sid)) == "STOPPED"
+
+
+def test_already_succeeded_id_is_not_run_again(ray_address: str, client: Any, tmp_path: Path) -> None:
+    sid = _new_id("dup")
+    marker = tmp_path / "runs.txt"
+    entry = ("sh", "-c", f"echo ran >> {marker}")
+    first = _run(_cmd(ray_address, sid, *entry))
+    assert first.returncode == 0, first.stdout + first.stderr
+    second = _run(_cmd(ray_address, sid, *entry))
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "already SUCCEEDED" in second.stdout
+    assert "submitting job" not in second.stdout
+    assert _last_line(second.stdout) == f"ray_submit: job {sid} SUCCEEDED"
+    assert marker.read_text().splitlines() == ["ran"]
+    # Same id, another command: still nothing runs, and the user is told the old job is the one that counts.
+    third = _run(_cmd(ray_address, sid, "sh", "-c", f"echo other >> {marker}"))
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert "different entrypoint" in third.stdout
+    assert marker.read_text().splitlines() == ["ran"]
+    assert len(_jobs_with_id(client, sid)) == 1
+
+
+def test_concurrent_submitters_share_one_job(ray_address: str, client: Any, tmp_path: Path) -> None:
+    sid = _new_id("race")
+    marker = tmp_path / "runs.txt"
+    args = _cmd(ray_address, sid, "sh", "-c", f"echo ran >> {marker}; sleep 3; echo finished-$((4+4))")
+    procs = [_start(args), _start(args)]
+    outs = []
+    try:
+        for proc in procs:
+            outs.append(proc.communicate(timeout=120)[0])
+    finally:
+        for proc in procs:
+            proc.kill()
+    for proc, out in zip(procs, outs, strict=True):
+        assert proc.returncode == 0, out
+        assert _last_line(out) == f"ray_submit: job {sid} SUCCEEDED"
+        assert out.count("finished-8") == 1, out
+    # Exactly one of them attached (after a lookup or after losing the submit race).
+    assert sum("attaching" in out for out in outs) == 1, outs
+    assert marker.read_text().splitlines() == ["ran"]
+    assert len(_jobs_with_id(client, sid)) == 1
+
+
+def test_restarted_submitter_reattaches_after_sigterm(ray_address: str, client: Any, tmp_path: Path) -> None:
+    sid = _new_id("pod")
+    marker = tmp_path / "runs.txt"
+    args = _cmd(ray_address, sid, "sh", "-c", f"echo ran >> {marker}; sleep 6; echo end-$((1+1))")
+    first = _start(args)
+    try:
+        _wait_for(lambda: marker.exists() and _status(client, sid) == "RUNNING", 60, "the job to start")
+        first.send_signal(signal.SIGTERM)
+        first_out, _ = first.communicate(timeout=20)
+    finally:
+        first.kill()
+    assert first.returncode == rs.EXIT_SIGTERM == 143, first_out
+    assert "WITHOUT stopping" in first_out
+    assert _status(client, sid) == "RUNNING"  # the job survived its submitter
+
+    second = _run(args)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "attaching to it instead of submitting again" in second.stdout
+    assert second.stdout.count("end-2") == 1, second.stdout
+    assert _last_line(second.stdout) == f"ray_submit: job {sid} SUCCEEDED"
+    assert marker.read_text().splitlines() == ["ran"]
+    assert len(_jobs_with_id(client, sid)) == 1
+
+
+def test_runtime_env_secret_values_are_never_printed(ray_address: str, client: Any) -> None:
+    sid = _new_id("env")
+    secret = "sk-" + uuid.uuid4().hex
+    other = "plain-" + uuid.uuid4().hex
+    runtime_env = {"env_vars": {"MY_TOKEN": secret, "PLAIN_FLAG": other}}
+    result = _run(
+        _cmd(
+            ray_address,
+            sid,
+            "sh",
+            "-c",
+            "echo token-length-${#MY_TOKEN}",
+            extra=("--runtime-env-json", json.dumps(runtime_env)),
+        )
+    )
+    combined = result.stdout + result.stderr
+    assert result.returncode == 0, combined
+    assert f"token-length-{len(secret)}" in result.stdout  # the job did receive the value
+    assert secret not in combined and other not in combined
+    assert "MY_TOKEN" in result.stdout and "PLAIN_FLAG" in result.stdout  # names are shown
+    assert "env_vars=[MY_TOKEN, PLAIN_FLAG]" in result.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Without a head
+
+
+def test_unreachable_address_exits_4_quickly() -> None:
+    address = f"http://127.0.0.1:{_closed_port()}"
+    started = time.monotonic()
+    result = _run(_cmd(address, "t-unreachable", "true", extra=("--connect-timeout", "2")), timeout=60)
+    elapsed = time.monotonic() - started
+    assert result.returncode == rs.EXIT_UNREACHABLE == 4, result.stdout + result.stderr
+    assert elapsed < 20
+    assert address in _last_line(result.stdout)
+    assert "unreachable" in _last_line(result.stdout)
+
+
+@pytest.mark.parametrize(
+    ("label", "argv"),
+    [
+        ("no entrypoint after --", ["--address", "http://127.0.0.1:1", "--submission-id", "x", "--"]),
+        ("no -- at all", ["--address", "http://127.0.0.1:1", "--submission-id", "x"]),
+        ("unknown flag", ["--address", "http://127.0.0.1:1", "--submission-id", "x", "--bogus", "--", "true"]),
+        ("missing address", ["--submission-id", "x", "--", "true"]),
+        ("bad timeout", ["--address", "http://127.0.0.1:1", "--submission-id", "x", "--connect-timeout", "soon"]),
+        ("bad id", ["--address", "http://127.0.0.1:1", "--submission-id", "a/b", "--", "true"]),
+        ("bad address", ["--address", "127.0.0.1:8265", "--submission-id", "x", "--", "true"]),
+        (
+            "bad JSON",
+            ["--address", "http://127.0.0.1:1", "--submission-id", "x", "--runtime-env-json", "{nope", "--", "true"],
+        ),
+        (
+            "JSON not an object",
+            ["--address", "http://127.0.0.1:1", "--submission-id", "x", "--runtime-env-json", "[1]", "--", "true"],
+        ),
+    ],
+)
+def test_usage_errors_exit_2(label: str, argv: list[str]) -> None:
+    result = _run([sys.executable, str(SCRIPT), *argv], timeout=60)
+    assert result.returncode == rs.EXIT_USAGE == 2, f"{label}: {result.stdout}{result.stderr}"
+    assert "usage:" in result.stderr, label
+
+
+def test_bad_json_error_does_not_echo_the_secret() -> None:
+    secret = "sk-" + uuid.uuid4().hex
+    bad = '{"env_vars": {"TOKEN": "' + secret + '"}'  # missing closing brace
+    argv = ["--address", "http://127.0.0.1:1", "--submission-id", "x", "--runtime-env-json", bad, "--", "true"]
+    result = _run([sys.executable, str(SCRIPT), *argv], timeout=60)
+    assert result.returncode == 2
+    assert "not valid JSON" in result.stderr
+    assert secret not in result.stdout + result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# In process: paths a real head does not produce on demand
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_outage_longer_than_timeout_raises_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
+    clock = _Clock()
+    outage = rs.Outage(10.0, "http://head:8265", rs.Output(), clock=clock)
+    err = ConnectionError("refused")
+    assert outage.failed(err, "polling") == rs.BACKOFF_FIRST_S
+    clock.now = 9.0
+    assert 0 < outage.failed(err, "polling") <= 1.0  # never sleeps past the deadline
+    outage.ok()  # an answer resets the outage window
+    clock.now = 15.0
+    outage.failed(err, "polling")
+    clock.now = 24.9
+    outage.failed(err, "polling")
+    clock.now = 25.0
+    with pytest.raises(rs.UnreachableError, match="http://head:8265"):
+        outage.failed(err, "polling")
+    assert "answers again" in capsys.readouterr().out
+
+
+def test_lost_connection_while_waiting_exits_4(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    from ray.job_submission import JobStatus
+
+    class HeadGoesAway:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def get_job_info(self, sid: str) -> Any:
+            self.calls += 1
+            if self.calls <= 2:
+                return SimpleNamespace(submission_id=sid, status=JobStatus.RUNNING, message="", driver_exit_code=None)
+            raise ConnectionError("Failed to connect to Ray")
+
+        async def tail_job_logs(self, sid: str) -> AsyncIterator[str]:
+            yield "partial log\n"
+            await asyncio.sleep(3600)
+
+        def submit_job(self, **kwargs: Any) -> str:
+            raise AssertionError("must not submit: the job exists")
+
+    fake = HeadGoesAway()
+    monkeypatch.setattr(rs, "connect", lambda address, outage: fake)
+    monkeypatch.setattr(rs, "STATUS_POLL_S", 0.05)
+    monkeypatch.setattr(rs, "BACKOFF_MAX_S", 0.1)
+    monkeypatch.setattr(rs, "install_signal_handlers", lambda out, sid: None)  # keep pytest's own handlers
+    started = time.monotonic()
+    code = rs.main(["--address", "http://head:8265", "--submission-id", "j1", "--connect-timeout", "1", "--", "true"])
+    out = capsys.readouterr().out
+    assert code == rs.EXIT_UNREACHABLE
+    assert time.monotonic() - started < 10
+    assert out.count("partial log") == 1
+    assert out.splitlines()[-1] == "ray_submit: job j1: Ray unreachable at http://head:8265"
+
+
+def test_losing_the_submit_race_attaches_instead_of_failing(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    from ray.job_submission import JobStatus
+
+    class RaceLost:
+        def __init__(self) -> None:
+            self.lookups = 0
+            self.submits = 0
+
+        def get_job_info(self, sid: str) -> Any:
+            self.lookups += 1
+            if self.lookups == 1:  # not there yet when we look ...
+                raise RuntimeError(f"Request failed with status code 404: Job {sid} does not exist.")
+            status = JobStatus.RUNNING if self.lookups < 4 else JobStatus.SUCCEEDED
+            return SimpleNamespace(submission_id=sid, status=status, message="ok", driver_exit_code=0)
+
+        def submit_job(self, **kwargs: Any) -> str:  # ... but the other submitter wins
+            self.submits += 1
+            sid = kwargs["submission_id"]
+            raise RuntimeError(
+                f"Request failed with status code 500: ValueError: Job with submission_id {sid} already exists."
+            )
+
+        async def tail_job_logs(self, sid: str) -> AsyncIterator[str]:
+            for chunk in ("one\n", "two\n"):
+                yield chunk
+
+        def get_job_logs(self, sid: str) -> str:
+            return "one\ntwo\n"
+
+    fake = RaceLost()
+    monkeypatch.setattr(rs, "connect", lambda address, outage: fake)
+    monkeypatch.setattr(rs, "STATUS_POLL_S", 0.05)
+    monkeypatch.setattr(rs, "install_signal_handlers", lambda out, sid: None)  # keep pytest's own handlers
+    code = rs.main(["--address", "http://head:8265", "--submission-id", "j2", "--", "python", "train.py"])
+    out = capsys.readouterr().out
+    assert code == rs.EXIT_SUCCEEDED
+    assert fake.submits == 1
+    assert "submitted by another submitter at the same time; attaching" in out
+    assert out.count("one\n") == 1 and out.count("two\n") == 1
+    assert out.splitlines()[-1] == "ray_submit: job j2 SUCCEEDED"
+
+
+def test_reopened_log_stream_skips_what_was_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    follower = rs.LogFollower(client=None, submission_id="j", out=rs.Output())
+    follower.write_from(0, "abc\n")
+    follower.write_from(4, "de")
+    # The stream was reopened: it replays from the start, in different chunks, then goes on.
+    follower.write_from(0, "ab")
+    follower.write_from(2, "c\nd")
+    follower.write_from(5, "ef\n")
+    follower.catch_up("abc\ndef\ng\n")
+    assert capsys.readouterr().out == "abc\ndef\ng\n"
+
+
+class _VersionOnly(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = json.dumps({"version": "4", "ray_version": "2.49.2", "ray_commit": "x", "session_name": "s"})
+        self.send_response(200 if self.path == "/api/version" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_waits_for_the_api_to_come_up() -> None:
+    port = _closed_port()
+    address = f"http://127.0.0.1:{port}"
+    servers: list[http.server.HTTPServer] = []
+
+    def serve_later() -> None:
+        time.sleep(1.5)
+        server = http.server.HTTPServer(("127.0.0.1", port), _VersionOnly)
+        servers.append(server)
+        server.serve_forever(poll_interval=0.1)
+
+    threading.Thread(target=serve_later, daemon=True).start()
+    try:
+        started = time.monotonic()
+        client = rs.connect(address, rs.Outage(30.0, address, rs.Output()))
+        assert time.monotonic() - started >= 1.4
+        assert client is not None
+    finally:
+        _wait_for(lambda: bool(servers), 10, "the fake server")
+        servers[0].shutdown()
+        servers[0].server_close()
