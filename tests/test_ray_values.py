@@ -272,8 +272,8 @@ def test_gpu_workers_follow_the_preset_and_settings(settings: InfraSettings) -> 
     assert env["NCCL_NET_GDR_LEVEL"] == "PIX"
     for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
         assert env[name] == "eth0"
-    library_path = env["LD_LIBRARY_PATH"].split(":")
-    assert "/usr/local/nvidia/lib64" in library_path and "/usr/local/gib/lib64" in library_path
+    # A pod env entry would replace the image's own library path; the start script prepends instead.
+    assert "LD_LIBRARY_PATH" not in env
 
     shm = next(volume for volume in group["volumes"] if volume["name"] == ray_values.VOLUME_SHM)
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": settings.shm_size}
@@ -509,10 +509,11 @@ def _fake_node(tmp_path: Path, with_plugin: bool = True) -> tuple[Path, Path, di
 def test_worker_script_runs_the_generated_command_with_the_plugin_env(tmp_path: Path) -> None:
     nvidia, gib, env = _fake_node(tmp_path)
     script = ray_values.worker_start_script(str(nvidia), str(gib))
-    env["KUBERAY_GEN_RAY_START_CMD"] = "printenv NCCL_FROM_GIB"
+    env["KUBERAY_GEN_RAY_START_CMD"] = "printenv NCCL_FROM_GIB LD_LIBRARY_PATH"
+    env["LD_LIBRARY_PATH"] = "/usr/local/cuda/lib64"  # what the image sets
     result = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "sourced"
+    assert result.stdout.split() == ["sourced", f"{nvidia}/lib64:{gib}/lib64:/usr/local/cuda/lib64"]
     assert (tmp_path / "ldconfig.args").read_text().strip() == f"{nvidia}/lib64"
 
 

@@ -138,6 +138,10 @@ def worker_start_script(nvidia_dir: str = NVIDIA_DIR, gib_dir: str = GIB_DIR) ->
         _RAISE_FILE_LIMIT,
         # Register the node's driver libraries (libcuda, libnvidia-ml) with the dynamic linker.
         f"ldconfig {nvidia_dir}/lib64 || {{ echo 'ldconfig {nvidia_dir}/lib64 failed' >&2; exit 1; }}",
+        # Prepend, not replace: the image's own library path (CUDA, torch) must survive. A pod env entry would
+        # replace it, which is why this is set here. Newer CUDA images may leave the driver directory out,
+        # and then Ray sees no GPUs; without the gIB directory NCCL reports "network gIB not found".
+        f'export LD_LIBRARY_PATH="{nvidia_dir}/lib64:{gib_dir}/lib64${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"',
         # Without the plugin NCCL falls back or fails late; fail now so the pod restarts until the
         # nccl-rdma-installer DaemonSet has put it on the node.
         f"if [ ! -r {nccl_env} ]; then",
@@ -178,8 +182,6 @@ def _nccl_env(settings: InfraSettings) -> list[dict[str, Any]]:
         _env("GLOO_SOCKET_IFNAME", DEFAULT_INTERFACE),
         _env("TP_SOCKET_IFNAME", DEFAULT_INTERFACE),
         _env("NCCL_TUNER_CONFIG_PATH", f"{GIB_DIR}/configs/{settings.preset.tuner_config}"),
-        # Newer CUDA images may leave the node's driver directory out; Ray then sees no GPUs.
-        _env("LD_LIBRARY_PATH", f"{NVIDIA_DIR}/lib64:{GIB_DIR}/lib64"),
     ]
 
 

@@ -1,0 +1,268 @@
+"""jobs/preflight/lustre_io.py: threshold arithmetic, read plan, mount lookup, verdict, and real runs on a temp dir
+(in-process, as a script, and through a local Ray)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "jobs" / "preflight" / "lustre_io.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("preflight_lustre_io", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+lio = _load()
+MIB, GIB = 1 << 20, 1 << 30
+
+
+# ------------------------------------------------------------------------------------------------- threshold
+
+
+@pytest.mark.parametrize(
+    ("capacity", "tier", "gbps"),
+    [(18000, 1000, 17.578125), (9000, 1000, 8.7890625), (72000, 125, 8.7890625), (36000, 250, 8.7890625)],
+)
+def test_expected_instance_throughput_is_tib_times_tier(capacity: int, tier: int, gbps: float) -> None:
+    assert lio.expected_instance_gbps(capacity, tier) == pytest.approx(gbps)
+
+
+def test_threshold_is_limited_by_the_nodes_when_they_cannot_saturate_the_instance() -> None:
+    thr = lio.io_threshold(1_530_000, 1000, nodes=2, node_limit_gbps=5.0, min_fraction=0.5)
+    assert thr.instance_gbps == pytest.approx(1494.140625)
+    assert thr.nodes_gbps == pytest.approx(10.0)
+    assert thr.limited_by == "nodes"
+    assert thr.threshold_gbps == pytest.approx(5.0)
+
+
+def test_threshold_is_limited_by_the_instance_when_many_nodes_share_it() -> None:
+    thr = lio.io_threshold(18000, 1000, nodes=16, node_limit_gbps=5.0, min_fraction=0.5)
+    assert thr.limited_by == "instance"
+    assert thr.threshold_gbps == pytest.approx(0.5 * 17.578125)
+
+
+def test_threshold_rejects_nonsense() -> None:
+    with pytest.raises(ValueError):
+        lio.io_threshold(18000, 1000, nodes=0, node_limit_gbps=5.0, min_fraction=0.5)
+    with pytest.raises(ValueError):
+        lio.io_threshold(18000, 1000, nodes=2, node_limit_gbps=5.0, min_fraction=1.5)
+    with pytest.raises(ValueError):
+        lio.expected_instance_gbps(0, 1000)
+
+
+def test_defaults_are_what_the_docs_say() -> None:
+    args = lio.parse_args(["--capacity-gib", "18000", "--tier-mbps-per-tib", "1000"])
+    assert args.min_fraction == 0.5 and args.node_limit_gbps == 5.0
+    assert args.path == "/data/preflight" and args.read_mode == "auto"
+
+
+def test_stream_sizes_split_evenly_in_whole_mib() -> None:
+    assert lio.stream_sizes(16 * GIB, 16) == [GIB] * 16
+    assert lio.stream_sizes(int(0.01 * GIB), 4) == [2 * MIB] * 4  # 2.56 MiB rounded down
+    assert lio.stream_sizes(MIB // 2, 3) == [MIB] * 3  # never below one aligned unit
+
+
+def test_read_plan_makes_every_node_read_another_nodes_files() -> None:
+    assert lio.resolve_read_mode("auto", 3) == "cross-node"
+    assert lio.resolve_read_mode("auto", 1) == "direct"
+    assert lio.read_sources(3, "cross-node") == [1, 2, 0]
+    assert all(src != node for node, src in enumerate(lio.read_sources(5, "cross-node")))
+    assert lio.read_sources(3, "direct") == [0, 1, 2]
+    with pytest.raises(ValueError):
+        lio.resolve_read_mode("cross-node", 1)
+
+
+def test_aggregate_is_all_bytes_over_the_whole_span() -> None:
+    phases = [{"bytes": 10 * 10**9, "start": 100.0, "end": 102.0}, {"bytes": 10 * 10**9, "start": 100.5, "end": 104.0}]
+    assert lio.aggregate_gbps(phases) == pytest.approx(5.0)  # 20 GB over 4 s, not 5 + 2.86
+
+
+MOUNTS = """\
+overlay / overlay rw,relatime 0 0
+proc /proc proc rw 0 0
+10.90.0.2@tcp:/lfs /data lustre rw,flock,lazystatfs 0 0
+/dev/sda1 /data\\040scratch ext4 rw 0 0
+"""
+
+
+def test_mount_of_finds_the_longest_matching_mount_point() -> None:
+    assert lio.mount_of("/data/preflight/run-1", MOUNTS) == ("/data", "lustre", "10.90.0.2@tcp:/lfs")
+    assert lio.mount_of("/data", MOUNTS)[1] == "lustre"
+    assert lio.mount_of("/datax/file", MOUNTS)[:2] == ("/", "overlay")
+    assert lio.mount_of("/data scratch/x", MOUNTS)[:2] == ("/data scratch", "ext4")
+
+
+def test_select_nodes_takes_alive_gpu_nodes_in_a_stable_order() -> None:
+    nodes = [
+        {"NodeID": "c", "Alive": True, "NodeManagerAddress": "10.0.0.3", "Resources": {"GPU": 8.0}},
+        {"NodeID": "h", "Alive": True, "NodeManagerAddress": "10.0.0.1", "Resources": {"CPU": 8.0}},
+        {"NodeID": "a", "Alive": True, "NodeManagerAddress": "10.0.0.2", "Resources": {"GPU": 8.0}},
+        {"NodeID": "d", "Alive": False, "NodeManagerAddress": "10.0.0.4", "Resources": {"GPU": 8.0}},
+    ]
+    assert [n["NodeID"] for n in lio.select_nodes(nodes, None, False)] == ["a", "c"]
+    assert [n["NodeID"] for n in lio.select_nodes(nodes, 1, False)] == ["a"]
+    assert [n["NodeID"] for n in lio.select_nodes(nodes, None, True)] == ["h", "a", "c"]
+    with pytest.raises(lio.PreflightError, match="only 2"):
+        lio.select_nodes(nodes, 3, False)
+
+
+def test_verdict_pass_and_fail_messages() -> None:
+    thr = lio.io_threshold(18000, 1000, nodes=2, node_limit_gbps=5.0, min_fraction=0.5)
+    ok = lio.io_verdict(6.0, 7.0, thr, 2)
+    assert ok.ok and ok.message.startswith("PASS") and "5.00 GB/s" in ok.message
+    bad = lio.io_verdict(6.0, 1.2, thr, 2)
+    assert not bad.ok
+    assert "read 1.20 GB/s" in bad.message and "write" not in bad.message.splitlines()[0]
+    assert "--capacity-gib" in bad.message and "lustre" in bad.message
+
+
+# ------------------------------------------------------------------------------------------------- local runs
+
+
+def _args(path: Path, *extra: str) -> list[str]:
+    return [
+        "--local",
+        "--path",
+        str(path),
+        "--gib-per-node",
+        "0.01",
+        "--streams",
+        "3",
+        "--block-mib",
+        "1",
+        "--capacity-gib",
+        "18000",
+        "--tier-mbps-per-tib",
+        "1000",
+        *extra,
+    ]
+
+
+def _left_behind(path: Path) -> list[str]:
+    return [str(p) for p in path.rglob("*")] if path.exists() else []
+
+
+def test_local_run_reports_numbers_and_removes_its_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = tmp_path / "preflight"
+    out = tmp_path / "out.json"
+    status = lio.main(_args(base, "--node-limit-gbps", "1e-6", "--json-out", str(out)))
+    text = capsys.readouterr().out
+    assert status == 0, text
+    assert "PASS" in text and "write GB/s" in text and "files removed: yes" in text
+    result = json.loads(out.read_text())
+    assert result["write_total_gbps"] > 0 and result["read_total_gbps"] > 0
+    assert result["writes"][0]["bytes"] == 3 * 3 * MIB  # 0.01 GiB over 3 streams: 3 MiB each
+    assert result["reads"][0]["bytes"] == 3 * 3 * MIB and result["reads"][0]["verified"]
+    assert result["reads"][0]["mode"] in ("direct", "buffered")
+    assert result["removed"] and _left_behind(base) == []
+
+
+def test_local_run_fails_under_the_threshold_and_still_cleans_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = tmp_path / "preflight"
+    status = lio.main(_args(base, "--node-limit-gbps", "1e9", "--min-fraction", "1"))
+    text = capsys.readouterr().out
+    assert status == 1
+    assert "FAIL: Lustre write" in text and "17.58 GB/s" in text  # the instance's 17.58 GB/s is the limit
+    assert _left_behind(base) == []
+
+
+def test_files_are_removed_when_a_phase_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = tmp_path / "preflight"
+    seen: list[list[str]] = []
+
+    def broken_read(run_dir: str, *args: Any) -> None:
+        seen.append(sorted(os.listdir(lio.node_dir_of(run_dir, 0))))
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(lio, "read_node", broken_read)
+    assert lio.main(_args(base, "--node-limit-gbps", "1e-6")) == 2
+    assert seen == [["stream-000.bin", "stream-001.bin", "stream-002.bin"]]  # the files existed when it broke
+    assert "Input/output error" in capsys.readouterr().err
+    assert _left_behind(base) == []
+
+
+def test_corrupted_data_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    original = lio.write_node
+
+    def corrupting_write(run_dir: str, node_index: int, sizes: list[int], block: int) -> dict[str, Any]:
+        result = original(run_dir, node_index, sizes, block)
+        with open(lio.stream_path(lio.node_dir_of(run_dir, node_index), 1), "r+b") as fh:
+            first = fh.read(1)
+            fh.seek(0)
+            fh.write(bytes([first[0] ^ 0xFF]))
+        return result
+
+    monkeypatch.setattr(lio, "write_node", corrupting_write)
+    status = lio.main(_args(tmp_path / "p", "--node-limit-gbps", "1e-6"))
+    text = capsys.readouterr().out
+    assert status == 1
+    assert "data read back differs" in text and "streams [1]" in text
+
+
+def test_wrong_file_system_type_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status = lio.main(_args(tmp_path / "p", "--node-limit-gbps", "1e-6", "--expect-fstype", "lustre"))
+    text = capsys.readouterr().out
+    assert status == 1
+    assert "is not on a lustre file system" in text
+
+
+@pytest.mark.timeout(120)
+def test_script_entrypoint_exit_codes(tmp_path: Path) -> None:
+    base = tmp_path / "p"
+    ok = subprocess.run(
+        [sys.executable, str(SCRIPT), *_args(base, "--node-limit-gbps", "1e-6")],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "# total: write" in ok.stdout
+    missing = subprocess.run(
+        [sys.executable, str(SCRIPT), "--local", "--path", str(base)], capture_output=True, text=True, check=False
+    )
+    assert missing.returncode == 2 and "--capacity-gib" in missing.stderr
+    assert _left_behind(base) == []
+
+
+# ------------------------------------------------------------------------------------------------- Ray path
+
+
+@pytest.mark.timeout(180)
+def test_ray_node_actor_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import ray
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(lio)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        args = [a for a in _args(tmp_path / "p", "--node-limit-gbps", "1e-6") if a != "--local"]
+        status = lio.main([*args, "--all-nodes", "--expect-fstype", ""])
+        text = capsys.readouterr().out
+        assert status == 0, text
+        assert "1 node(s)" in text and "node 0" in text and "PASS" in text and "files removed: yes" in text
+        assert _left_behind(tmp_path / "p") == []
+    finally:
+        ray.shutdown()
+        ray.cloudpickle.unregister_pickle_by_value(lio)
