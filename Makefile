@@ -17,6 +17,7 @@ lint: $(BIN)/.installed
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy .
+	cd jobs && ../$(BIN)/mypy --config-file ../pyproject.toml __main__.py
 
 unit: $(BIN)/.installed
 	$(BIN)/pytest

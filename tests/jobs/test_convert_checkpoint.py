@@ -69,7 +69,11 @@ def test_runs_once_then_skips(convert, tmp_path: Path, monkeypatch):
     class Done:
         returncode = 0
 
-    monkeypatch.setattr(convert.subprocess, "run", lambda command, check: calls.append(command) or Done())
+    def fake_run(command: list[str], check: bool) -> Done:
+        calls.append(command)
+        return Done()
+
+    monkeypatch.setattr(convert.subprocess, "run", fake_run)
     args = ["--checkpoint-dir", str(tmp_path), "--output-dir", str(out)]
     assert convert.main(args) == 0
     assert convert.main(args) == 0
