@@ -7,6 +7,7 @@ records for every resource its inputs, parent, dependencies, provider and option
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import runpy
@@ -270,6 +271,9 @@ def run_program(
     """Run `project_dir/__main__.py` under mocks. `config` is namespaced (`project:key`); `secrets` are set as
     secret config, as `pulumi config set --secret` would."""
     project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())["name"]
+    # Pulumi's runtime drives its futures on the thread's event loop; code run before (asyncio.run, Ray's
+    # client) may have closed or unset it.
+    asyncio.set_event_loop(asyncio.new_event_loop())
     mocks = CloudMocks(stack_outputs)
     monitor = RecordingMonitor(mocks)
     pulumi.runtime.settings.ROOT.set(None)

@@ -317,3 +317,15 @@ def test_job_stack_files_match_their_infra_stacks():
     for stack in ("dev", "h200", "b200"):
         _, config = load_stack_config(JOBS, stack)
         assert config["nemo-rl-jobs:infraStack"].endswith(f"/nemo-rl-gke/{stack}")
+
+
+def test_destroying_the_job_stack_touches_no_data(infra_outputs):
+    """`pulumi destroy` in jobs/ deletes what this program registered: the Job and its scripts, never a volume."""
+    run = run_jobs("h200", infra_outputs)
+    owned = sorted(r.type for r in run.resources if r.custom)
+    assert owned == [
+        "kubernetes:batch/v1:Job",
+        "kubernetes:core/v1:ConfigMap",
+        "pulumi:providers:kubernetes",
+        "pulumi:pulumi:StackReference",
+    ]
