@@ -9,6 +9,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from infra.iam import grant_project_roles
 from infra.network import POD_RANGE_NAME, SERVICE_RANGE_NAME, Networks
 
 # What a node needs and nothing more: write logs and metrics, read its own metadata, pull images.
@@ -90,16 +91,9 @@ class GkeCluster(pulumi.ComponentResource):
             project=args.project,
             opts=child,
         )
-        self.node_roles = [
-            gcp.projects.IAMMember(
-                f"{name}-nodes-{role.split('/')[1].replace('.', '-')}",
-                project=args.project,
-                role=role,
-                member=self.node_service_account.member,
-                opts=child,
-            )
-            for role in NODE_ROLES
-        ]
+        self.node_roles = grant_project_roles(
+            f"{name}-nodes", args.project, self.node_service_account.member, NODE_ROLES, parent=self
+        )
 
         self.cluster = gcp.container.Cluster(
             name,

@@ -8,6 +8,8 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from infra.iam import grant_project_roles
+
 # Ray pods ship logs (fluent-bit) and read and write objects (datasets, checkpoint exports) in GCS. Nothing else.
 RAY_POD_ROLES = ("roles/logging.logWriter", "roles/storage.objectUser")
 
@@ -39,16 +41,9 @@ class RayIdentity(pulumi.ComponentResource):
             project=args.project,
             opts=child,
         )
-        self.roles = [
-            gcp.projects.IAMMember(
-                f"{name}-{role.split('/')[1].replace('.', '-')}",
-                project=args.project,
-                role=role,
-                member=self.gcp_service_account.member,
-                opts=child,
-            )
-            for role in RAY_POD_ROLES
-        ]
+        self.roles = grant_project_roles(
+            name, args.project, self.gcp_service_account.member, RAY_POD_ROLES, parent=self
+        )
         # The identity pool <project>.svc.id.goog exists once a Workload Identity cluster does.
         self.binding = gcp.serviceaccount.IAMMember(
             f"{name}-workload-identity",
