@@ -6,6 +6,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import os
+
 import pytest
 
 from tools.offline import ProgramRun, load_stack_config, run_program
@@ -16,6 +18,21 @@ HF_TOKEN = "hf_TESTTOKEN_do_not_leak_8c1f"
 WANDB_KEY = "wandb_TESTKEY_do_not_leak_51aa"
 
 RunInfra = Callable[..., ProgramRun]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def loopback_only():
+    """Tests talk to servers they start themselves, on loopback only: Ray keeps every listener on 127.0.0.1
+    (instead of the host's outward address) and gloo binds its sockets to `lo`."""
+    saved = {key: os.environ.get(key) for key in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "GLOO_SOCKET_IFNAME")}
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def run_infra_stack(

@@ -255,7 +255,7 @@ def test_ray_node_actor_path(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     import ray.cloudpickle
 
     ray.cloudpickle.register_pickle_by_value(lio)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
         args = [a for a in _args(tmp_path / "p", "--node-limit-gbps", "1e-6") if a != "--local"]
         status = lio.main([*args, "--all-nodes", "--expect-fstype", ""])

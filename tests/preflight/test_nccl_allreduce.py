@@ -327,7 +327,7 @@ def test_ray_placement_group_and_actors_over_gloo(capsys: pytest.CaptureFixture[
     import ray.cloudpickle
 
     ray.cloudpickle.register_pickle_by_value(na)  # the workers cannot import the module by name
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
         status = na.main(["--backend", "gloo", "--nodes", "1", "--gpus-per-node", "2", *SMALL, "--min-busbw-gbps", "0"])
         out = capsys.readouterr().out
