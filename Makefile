@@ -2,13 +2,22 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# checkov's pins clash with the project's: it gets a virtualenv of its own.
+CHECKOV_VENV := .venv-checkov
 STACK ?= dev
+# Every stack with both an infra and a job stack file (Pulumi.<stack>.yaml and jobs/Pulumi.<stack>.yaml).
+STACKS := $(sort $(filter $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml)),$(patsubst jobs/Pulumi.%.yaml,%,$(wildcard jobs/Pulumi.*.yaml))))
 
-.PHONY: test lint typecheck unit plan golden clean
+.PHONY: test lint typecheck unit checkov plan golden clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+$(CHECKOV_VENV)/.installed: requirements-checkov.txt
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	touch $@
 
 lint: $(BIN)/.installed
@@ -22,7 +31,21 @@ typecheck: $(BIN)/.installed
 unit: $(BIN)/.installed
 	$(BIN)/pytest
 
-test: lint typecheck unit
+# Renders every stack's plan into build/<stack>/ and fails on any checkov finding not in checkov-skips.yaml.
+checkov: $(BIN)/.installed $(CHECKOV_VENV)/.installed
+	$(BIN)/python tools/checkov_gate.py --stacks $(STACKS)
+
+test: lint typecheck unit checkov
+
+# Both programs under mocks for one stack: build/$(STACK)/ (manifests, Helm values, pipeline, resource tree,
+# outputs, timeline) and a summary. Exit 2, with the reason, on an unknown stack or invalid config.
+plan: $(BIN)/.installed
+	$(BIN)/python tools/plan.py --stack $(STACK)
+
+# Refresh the checked-in plans the tests compare with; review the diff (git diff tests/golden) before committing.
+golden: $(BIN)/.installed
+	@for stack in $(STACKS); do $(BIN)/python tools/plan.py --stack $$stack --out tests/golden --quiet || exit 1; done
+	@git status --short tests/golden || true
 
 clean:
 	rm -rf build .mypy_cache .pytest_cache .ruff_cache

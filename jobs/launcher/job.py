@@ -89,7 +89,11 @@ class PipelineJob(pulumi.ComponentResource):
                         k8s.batch.v1.PodFailurePolicyRuleArgs(
                             action="Ignore",
                             on_pod_conditions=[
-                                k8s.batch.v1.PodFailurePolicyOnPodConditionsPatternArgs(type="DisruptionTarget")
+                                # status is the API's default, spelled out: the schema of Kubernetes
+                                # before 1.35 marks it required, and strict validation follows the schema.
+                                k8s.batch.v1.PodFailurePolicyOnPodConditionsPatternArgs(
+                                    type="DisruptionTarget", status="True"
+                                )
                             ],
                         ),
                     ]
@@ -100,6 +104,11 @@ class PipelineJob(pulumi.ComponentResource):
                         restart_policy="Never",
                         node_selector={"cloud.google.com/gke-nodepool": infra.cpu_node_pool},
                         automount_service_account_token=False,
+                        # Pod-level too, so that every container (and any added later) gets the runtime's seccomp
+                        # filter. Not runAsNonRoot: the image runs as root and the Lustre files it writes are root's.
+                        security_context=k8s.core.v1.PodSecurityContextArgs(
+                            seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
+                        ),
                         containers=[
                             k8s.core.v1.ContainerArgs(
                                 name="submitter",

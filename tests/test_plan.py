@@ -1,0 +1,324 @@
+"""`make plan`: what it writes for every stack, that secrets never show, that every object validates, and that
+the plan matches the checked-in golden copy."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from conftest import ROOT
+
+from tools import checkov_gate, plan
+from tools.render import is_built_in
+
+STACKS = plan.stacks_available()
+GOLDEN = ROOT / "tests" / "golden"
+PLACEHOLDERS = tuple(plan.PLACEHOLDER_SECRETS.values())
+RELEASE = "kubernetes:helm.sh/v3:Release"
+
+
+class Rendered:
+    def __init__(self, stack: str, out: Path) -> None:
+        self.stack = stack
+        self.plan = plan.run_plan(stack)
+        self.files = plan.render_files(self.plan)
+        self.dir = out / stack
+        plan.write_files(self.dir, self.files)
+
+    def on_disk(self) -> dict[str, str]:
+        return {p.relative_to(self.dir).as_posix(): p.read_text() for p in sorted(self.dir.rglob("*")) if p.is_file()}
+
+    def manifests(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(p.name, yaml.safe_load(p.read_text())) for p in sorted((self.dir / "manifests").glob("*.yaml"))]
+
+    def outputs(self) -> dict[str, Any]:
+        return json.loads((self.dir / "outputs.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("plan")
+
+
+@pytest.fixture(scope="module", params=STACKS)
+def rendered(request: pytest.FixtureRequest, out_dir: Path) -> Rendered:
+    return Rendered(request.param, out_dir)
+
+
+def test_every_stack_has_a_golden_plan_and_every_golden_plan_a_stack():
+    assert {"dev", "h200", "b200"} <= set(STACKS)
+    golden = sorted(p.name for p in GOLDEN.iterdir() if p.is_dir())
+    assert golden == STACKS, "run `make golden` and review the diff (git diff tests/golden)"
+
+
+def test_writes_every_part_of_the_plan(rendered: Rendered):
+    on_disk = rendered.on_disk()
+    assert on_disk == rendered.files
+    for name in ("helm/ray-cluster.yaml", "pipeline.yaml", "resources.txt", "resources.json", "outputs.json"):
+        assert on_disk[name].strip(), name
+    assert "timeline.txt" in on_disk
+    assert sum(1 for name in on_disk if name.startswith("manifests/")) == len(rendered.manifests())
+
+
+def test_one_manifest_per_kubernetes_object_in_a_stable_order(rendered: Rendered):
+    objects = [
+        r
+        for run in (rendered.plan.infra, rendered.plan.jobs)
+        for r in run.resources
+        if r.custom and r.type.startswith("kubernetes:") and not r.type.startswith("kubernetes:helm.sh/")
+    ]
+    files = rendered.manifests()
+    assert len(files) == len(objects)
+    kinds = [obj["kind"] for _, obj in files]
+    for kind, count in {
+        "NetworkPolicy": 1,
+        "ServiceAccount": 1,
+        "Secret": 1,
+        "ConfigMap": 2,
+        "PersistentVolume": 1,
+        "PersistentVolumeClaim": 1,
+        "GKENetworkParamSet": 9,
+        "Network": 9,
+        "Job": 1,
+    }.items():
+        assert kinds.count(kind) == count, kind
+    # Numbered 01..N, named after kind and object name, grouped in apply order with the Job last.
+    for index, (name, obj) in enumerate(files, start=1):
+        assert name == f"{index:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+    ranks = [plan.KIND_ORDER.index(kind) for kind in kinds]
+    assert ranks == sorted(ranks)
+    assert kinds[-1] == "Job"
+    # Rendered as the provider would send them: integers stay integers.
+    job = files[-1][1]
+    assert job["spec"]["backoffLimit"] == 4 and isinstance(job["spec"]["backoffLimit"], int)
+
+
+def test_secrets_show_only_as_redacted(rendered: Rendered):
+    secret = rendered.plan.infra.one("kubernetes:core/v1:Secret")
+    # The placeholders did reach the program, so not finding them below means something.
+    assert sorted(secret.inputs["stringData"].values()) == sorted(PLACEHOLDERS)
+    secrets = [obj for _, obj in rendered.manifests() if obj["kind"] == "Secret"]
+    assert secrets[0]["stringData"] == {"HF_TOKEN": "[secret]", "WANDB_API_KEY": "[secret]"}
+    assert rendered.outputs()["infra"]["kubeconfig"] == "[secret]"
+    for name, content in rendered.on_disk().items():
+        for placeholder in PLACEHOLDERS:
+            assert placeholder not in content, f"{placeholder} written to {name}"
+        assert "PLACEHOLDER" not in content, name
+
+
+def test_no_absolute_paths_or_timestamps(rendered: Rendered):
+    for name, content in rendered.on_disk().items():
+        assert str(ROOT) not in content, name
+        assert str(rendered.dir) not in content, name
+        assert not re.search(r"\b20\d\d-\d\d-\d\d[T ]\d\d:\d\d", content), name
+
+
+def test_every_built_in_object_validates_strictly_for_the_cluster_version(rendered: Rendered):
+    minor = rendered.outputs()["infra"]["kubernetesMinorVersion"]
+    assert re.fullmatch(r"1\.\d+", minor)
+    validated = []
+    for _, obj in rendered.manifests():
+        if is_built_in(obj):
+            kubernetes_validate.validate(obj, minor, strict=True)
+            validated.append(obj["kind"])
+    assert {"Job", "Secret", "PersistentVolume", "PersistentVolumeClaim", "ConfigMap", "NetworkPolicy"} <= set(
+        validated
+    )
+
+
+def test_strict_validation_would_catch_a_bad_job(rendered: Rendered):
+    minor = rendered.outputs()["infra"]["kubernetesMinorVersion"]
+    job = next(obj for _, obj in rendered.manifests() if obj["kind"] == "Job")
+    job["spec"]["template"]["spec"]["containers"][0]["imagePullPolicie"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, minor, strict=True)
+
+
+def test_helm_file_holds_the_release_inputs(rendered: Rendered):
+    release = rendered.plan.infra.one(RELEASE).inputs
+    written = yaml.safe_load((rendered.dir / "helm" / "ray-cluster.yaml").read_text())
+    assert written["chart"] == release["chart"] == "ray-cluster"
+    assert written["repository"] == release["repositoryOpts"]["repo"]
+    assert written["version"] == release["version"]
+    assert written["releaseName"] == release["name"] == "ray-cluster"
+    assert written["namespace"] == release["namespace"]
+    # Values exactly as passed (YAML round trip: 1.0 from protobuf reads back as 1, equal in Python).
+    assert written["values"] == release["values"]
+    assert written["values"]["image"]["tag"] == "v0.5.0"
+
+
+def test_pipeline_lists_the_ray_jobs_in_order(rendered: Rendered):
+    written = yaml.safe_load((rendered.dir / "pipeline.yaml").read_text())
+    expected = rendered.plan.jobs.outputs["pipeline"]
+    assert written["steps"] == expected
+    assert written["jobName"] == rendered.plan.jobs.outputs["jobName"]
+    assert [s["step"] for s in written["steps"]][-2:] == ["train", "convert-hf"]
+    ids = [s["submissionId"] for s in written["steps"]]
+    assert len(set(ids)) == len(ids)
+
+
+def test_resource_tree(rendered: Rendered):
+    entries = json.loads((rendered.dir / "resources.json").read_text())
+    assert len(entries) == len(rendered.plan.infra.resources) + len(rendered.plan.jobs.resources)
+    labels = {(e["program"], e["label"]) for e in entries}
+    assert len(labels) == len(entries)
+    by_label = {e["label"]: e for e in entries}
+    for entry in entries:
+        if entry["parent"] is not None:
+            assert (entry["program"], entry["parent"]) in labels, entry["label"]
+        for dep in entry["dependsOn"]:
+            assert (entry["program"], dep) in labels, (entry["label"], dep)
+    lustre = by_label["Instance/lustre"]
+    assert lustre["parent"] == "ManagedLustre/lustre"
+    assert lustre["properties"]["protect"] is True
+    assert int(lustre["properties"]["capacityGib"]) == rendered.outputs()["infra"]["lustreCapacityGib"]
+    assert "Connection/lustre-peering" in lustre["dependsOn"]
+    assert "Cluster/gke" not in lustre["dependsOn"]
+    gpu = by_label["NodePool/gpu"]
+    assert gpu["properties"]["nodeConfig.machineType"] == rendered.outputs()["infra"]["gpuMachineType"]
+    assert "Cluster/gke" in gpu["dependsOn"]
+    release = by_label["Release/ray"]["properties"]
+    assert release["chart"] == "ray-cluster" and re.fullmatch(r"\d+\.\d+\.\d+", release["version"])
+    subnet = by_label["Subnetwork/networks-cluster"]["properties"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+\.\d+/\d+", subnet["ipCidrRange"])
+    assert by_label["Job/pipeline"]["provider"] == "Provider/cluster"
+    # The text tree: children indented under their parent.
+    lines = (rendered.dir / "resources.txt").read_text().splitlines()
+    parent_line = next(i for i, line in enumerate(lines) if line.strip().startswith("- ManagedLustre/lustre "))
+    child_line = next(i for i, line in enumerate(lines) if line.strip().startswith("- Instance/lustre "))
+    indent = len(lines[parent_line]) - len(lines[parent_line].lstrip())
+    assert child_line > parent_line
+    assert len(lines[child_line]) - len(lines[child_line].lstrip()) == indent + 2
+    assert "<- Connection/lustre-peering, Network/networks-cluster" in lines[child_line + 1]
+
+
+def test_outputs_of_both_stacks(rendered: Rendered):
+    outputs = rendered.outputs()
+    assert outputs["infra"].keys() == rendered.plan.infra.outputs.keys()
+    assert outputs["jobs"].keys() == rendered.plan.jobs.outputs.keys()
+    assert outputs["infra"]["gpuNodes"] * outputs["infra"]["gpusPerNode"] >= 8
+    assert outputs["jobs"]["jobName"].endswith("-pipeline")
+
+
+def test_plan_matches_the_golden_copy(rendered: Rendered):
+    golden_dir = GOLDEN / rendered.stack
+    golden = (
+        {p.relative_to(golden_dir).as_posix(): p.read_text() for p in golden_dir.rglob("*") if p.is_file()}
+        if golden_dir.is_dir()
+        else {}
+    )
+    files = rendered.files
+    changed = sorted(name for name in files.keys() & golden.keys() if files[name] != golden[name])
+    added, removed = sorted(files.keys() - golden.keys()), sorted(golden.keys() - files.keys())
+    assert not (changed or added or removed), (
+        f"the plan for {rendered.stack} differs from tests/golden/{rendered.stack}: changed {changed}, "
+        f"new {added}, gone {removed}. If the change is intended, run `make golden` and review the diff "
+        f"(git diff tests/golden) before committing."
+    )
+
+
+def test_plan_is_deterministic():
+    first = plan.render_files(plan.run_plan("dev"))
+    second = plan.render_files(plan.run_plan("dev"))
+    assert first == second
+
+
+def test_summary(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    assert plan.main(["--stack", "h200", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for phase in range(1, plan.STEPS + 1):
+        assert f"[{phase}/{plan.STEPS}] " in out
+    assert "nvidia-h200-141gb on a3-ultragpu-8g: 2 nodes x 8 = 16" in out
+    assert "RDMA network nemo-rl-h200-rdma-net: 8 subnets" in out
+    assert "Lustre: 18000 GiB" in out
+    assert "kubeconfig: [secret]" in out
+    assert "Lustre builds beside the cluster" in out
+    assert "min in parallel vs" in out
+    assert (tmp_path / "h200" / "manifests").is_dir()
+    for placeholder in PLACEHOLDERS:
+        assert placeholder not in out
+
+
+def test_unknown_stack_exits_2_with_the_stacks_there_are(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    assert plan.main(["--stack", "nope", "--out", str(tmp_path)]) == plan.EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "Pulumi.nope.yaml" in err and "jobs/Pulumi.nope.yaml" in err and "dev" in err
+    assert not (tmp_path / "nope").exists()
+
+
+def test_bad_job_config_exits_2_with_the_message(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    assert plan.main(["--stack", "dev", "--out", str(tmp_path), "-j", "numNodes=99"]) == plan.EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "config 'numNodes' = 99 is not allowed" in err
+    assert not (tmp_path / "dev").exists()
+
+
+def test_bad_infra_config_exits_2_without_a_traceback(tmp_path: Path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "plan.py"), "--stack", "dev", "--out", str(tmp_path), "-c", "gpuNodes=0"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "config 'gpuNodes' = 0 is not allowed: 1 or more" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert "[1/4] infra program (mocks)" in result.stdout
+    assert not (tmp_path / "dev").exists()
+
+
+# The checkov gate's own logic (the scan itself runs in `make checkov`).
+
+
+def test_checkov_skips_each_say_why_and_all_are_still_needed():
+    skips = checkov_gate.load_skips()
+    assert {s.check for s in skips} == {
+        "CKV_K8S_21",
+        "CKV_K8S_43",
+        "CKV_K8S_15",
+        "CKV_K8S_23",
+        "CKV_K8S_40",
+        "CKV2_K8S_6",
+    }
+    for skip in skips:
+        assert len(skip.reason.split()) >= 15, skip.check
+
+
+def test_checkov_gate_fails_on_findings_outside_the_skip_list():
+    skips = [checkov_gate.Skip("CKV_K8S_23", ("Job.*.*-pipeline",), "the image runs as root for reasons " * 3)]
+    report = json.dumps(
+        {
+            "check_type": "kubernetes",
+            "results": {
+                "failed_checks": [
+                    {"check_id": "CKV_K8S_23", "check_name": "root", "resource": "Job.default.x-pipeline"},
+                    {"check_id": "CKV_K8S_23", "check_name": "root", "resource": "Deployment.default.web"},
+                    {"check_id": "CKV_K8S_16", "check_name": "privileged", "resource": "Job.default.x-pipeline"},
+                ]
+            },
+            "summary": {"passed": 5},
+        }
+    )
+    findings, passed = checkov_gate.parse_report("dev", report + "\n" + report)  # two documents, as checkov can
+    assert passed == 10 and len(findings) == 6
+    unexpected, skipped, unused = checkov_gate.judge(findings, skips)
+    assert {(f.check_id, f.resource) for f in unexpected} == {
+        ("CKV_K8S_23", "Deployment.default.web"),
+        ("CKV_K8S_16", "Job.default.x-pipeline"),
+    }
+    assert len(skipped) == 2 and unused == []
+    ok, lines = checkov_gate.report({"dev": (passed, findings)}, skips)
+    assert not ok and any(line.startswith("FINDING dev: CKV_K8S_16") for line in lines)
+    stale = [*skips, checkov_gate.Skip("CKV_K8S_8", ("Pod.*",), "no longer needed " * 4)]
+    ok, lines = checkov_gate.report({"dev": (passed, findings[:1])}, stale)
+    assert not ok and any(line.startswith("STALE SKIP: CKV_K8S_8") for line in lines)
+    ok, _ = checkov_gate.report({"dev": (passed, findings[:1])}, skips)
+    assert ok

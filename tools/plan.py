@@ -1,0 +1,472 @@
+"""`make plan STACK=<stack>`: what `pulumi up` of the infra stack, then of the job stack, would create, offline.
+
+Runs the infra program under Pulumi's mocks, then the job program fed with the infra program's outputs, with
+placeholder secrets, and writes build/<stack>/:
+  manifests/NN-<kind>-<name>.yaml   every Kubernetes object of both programs (secrets shown as "[secret]")
+  helm/<release>.yaml               each Helm release: chart, repository, version, name, namespace, values
+  pipeline.yaml                     the Ray jobs the launcher submits, in order
+  resources.txt, resources.json     the resource tree: type, name, key properties, what each depends on
+  outputs.json                      both stacks' outputs, secret outputs as "[secret]"
+  timeline.txt                      the modeled provisioning timeline (tools/timeline.py)
+Everything written is deterministic (sorted keys, stable order, no timestamps, no absolute paths), so a checked-in
+copy (tests/golden/) shows any change to what gets deployed in review.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `python tools/plan.py` puts tools/ first, not the repository
+    sys.path.insert(0, str(ROOT))
+
+from tools import timeline  # noqa: E402
+from tools.offline import REDACTED, ProgramRun, Registered, load_stack_config, run_program  # noqa: E402
+from tools.render import _redact, manifest  # noqa: E402
+
+JOBS_DIR = ROOT / "jobs"
+# Obviously fake: they must never show up in anything written (tests check), only "[secret]" does.
+PLACEHOLDER_SECRETS = {"hfToken": "hf_PLACEHOLDER_not_a_token", "wandbApiKey": "wandb_PLACEHOLDER_not_a_key"}
+EXIT_CONFIG = 2
+STEPS = 4
+
+# Manifests are numbered in the order an operator would apply them: namespaces, policy and identity, data, the
+# GKE network objects, and the Job last. Kinds not listed come after the listed ones, by name.
+KIND_ORDER = (
+    "Namespace",
+    "NetworkPolicy",
+    "ServiceAccount",
+    "Secret",
+    "ConfigMap",
+    "PersistentVolume",
+    "PersistentVolumeClaim",
+    "GKENetworkParamSet",
+    "Network",
+    "Job",
+)
+
+# Key properties per resource type for resources.txt/json: a short selection, as dotted paths into the inputs.
+KEY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
+    "gcp:compute/network:Network": ("name", "mtu", "networkProfile"),
+    "gcp:compute/subnetwork:Subnetwork": ("name", "region", "ipCidrRange", "secondaryIpRanges"),
+    "gcp:compute/firewall:Firewall": ("name", "direction", "sourceRanges"),
+    "gcp:compute/globalAddress:GlobalAddress": ("name", "purpose", "address", "prefixLength"),
+    "gcp:servicenetworking/connection:Connection": ("service", "reservedPeeringRanges"),
+    "gcp:serviceaccount/account:Account": ("accountId",),
+    "gcp:projects/iAMMember:IAMMember": ("role", "member"),
+    "gcp:serviceaccount/iAMMember:IAMMember": ("role", "member"),
+    "gcp:container/cluster:Cluster": (
+        "name",
+        "location",
+        "minMasterVersion",
+        "releaseChannel.channel",
+        "datapathProvider",
+        "enableMultiNetworking",
+        "deletionProtection",
+    ),
+    "gcp:container/nodePool:NodePool": (
+        "name",
+        "nodeLocations",
+        "nodeConfig.machineType",
+        "nodeConfig.guestAccelerators",
+        "nodeConfig.flexStart",
+        "nodeConfig.spot",
+        "nodeConfig.reservationAffinity",
+        "autoscaling",
+    ),
+    "gcp:lustre/instance:Instance": (
+        "instanceId",
+        "location",
+        "capacityGib",
+        "perUnitStorageThroughput",
+        "filesystem",
+        "gkeSupportEnabled",
+    ),
+    "kubernetes:helm.sh/v3:Release": ("name", "namespace", "chart", "version", "repositoryOpts.repo", "skipAwait"),
+    "kubernetes:yaml/v2:ConfigFile": ("file", "files"),
+    "pulumi:pulumi:StackReference": ("name",),
+}
+K8S_KEY_PROPERTIES = ("metadata.name", "metadata.namespace")
+
+
+class PlanError(Exception):
+    """A problem with what was asked (unknown stack, bad override): printed alone, exit 2."""
+
+
+@dataclass
+class Plan:
+    stack: str
+    infra: ProgramRun
+    jobs: ProgramRun
+    timeline: timeline.Timeline
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running the programs
+
+
+def stacks_available() -> list[str]:
+    """Stacks with both an infra and a job stack file."""
+    infra = {p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml")}
+    jobs = {p.name[len("Pulumi.") : -len(".yaml")] for p in JOBS_DIR.glob("Pulumi.*.yaml")}
+    return sorted(infra & jobs)
+
+
+def _apply_overrides(project: str, config: dict[str, Any], overrides: Sequence[str]) -> None:
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise PlanError(f"bad override {item!r}: expected key=value")
+        full = key if ":" in key else f"{project}:{key}"
+        if raw == "":
+            config.pop(full, None)
+        else:
+            config[full] = yaml.safe_load(raw)
+
+
+def run_plan(stack: str, infra_overrides: Sequence[str] = (), job_overrides: Sequence[str] = ()) -> Plan:
+    """Both programs under mocks; raises PlanError for an unknown stack, pulumi.RunError for bad config."""
+    if stack not in stacks_available():
+        raise PlanError(
+            f"no stack {stack!r}: STACK must name both Pulumi.{stack}.yaml and jobs/Pulumi.{stack}.yaml; "
+            f"available: {', '.join(stacks_available())}"
+        )
+    progress(1, "infra program (mocks)")
+    project, config = load_stack_config(ROOT, stack)
+    _apply_overrides(project, config, infra_overrides)
+    secrets = {f"{project}:{key}": value for key, value in PLACEHOLDER_SECRETS.items()}
+    infra = run_program(ROOT, config, secrets=secrets, stack=stack)
+
+    progress(2, "job program (mocks), fed with the infra outputs")
+    job_project, job_config = load_stack_config(JOBS_DIR, stack)
+    _apply_overrides(job_project, job_config, job_overrides)
+    reference = str(job_config.get(f"{job_project}:infraStack") or "")
+    jobs = run_program(JOBS_DIR, job_config, stack=stack, stack_outputs={reference: infra.outputs} if reference else {})
+
+    progress(3, "timeline model")
+    model = timeline.build([infra.resources, jobs.resources])
+    return Plan(stack=stack, infra=infra, jobs=jobs, timeline=model)
+
+
+def progress(step: int, what: str) -> None:
+    print(f"[{step}/{STEPS}] {what}…", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rendering (pure: Plan -> {relative path: text})
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str_representer(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    style = "|" if "\n" in data else None  # scripts in ConfigMaps stay readable in review
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def to_yaml(value: Any) -> str:
+    # No line folding: a long command line stays on one line, so a change to it is a one-line diff.
+    return yaml.dump(
+        _number(value), Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=1 << 30
+    )
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(_number(value), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _ordered_manifest(obj: dict[str, Any]) -> dict[str, Any]:
+    head: dict[str, Any] = {k: obj[k] for k in ("apiVersion", "kind", "metadata") if k in obj}
+    head["metadata"] = _sorted(head.get("metadata", {}))
+    return {**head, **{k: _sorted(obj[k]) for k in sorted(obj) if k not in head}}
+
+
+def rendered_manifests(plan: Plan) -> list[tuple[str, dict[str, Any]]]:
+    """(file name, object) for every Kubernetes object of both programs, numbered in a stable order."""
+    found: list[tuple[tuple[int, int, str, str, str], dict[str, Any]]] = []
+    for program_index, run in enumerate((plan.infra, plan.jobs)):
+        for resource in run.resources:
+            obj = manifest(resource)
+            if obj is None:
+                continue
+            kind = obj["kind"]
+            rank = KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
+            meta = obj.get("metadata") or {}
+            name = str(meta.get("name") or resource.name)
+            found.append(((rank, program_index, kind, str(meta.get("namespace") or ""), name), obj))
+    found.sort(key=lambda item: item[0])
+    width = max(2, len(str(len(found))))
+    files = []
+    for index, ((_, _, kind, _, name), obj) in enumerate(found, start=1):
+        files.append((f"{index:0{width}d}-{kind.lower()}-{name}.yaml", _ordered_manifest(obj)))
+    return files
+
+
+def helm_releases(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Per release name: what the Release resource was given, values exactly as passed (secrets redacted)."""
+    releases: dict[str, dict[str, Any]] = {}
+    for run in (plan.infra, plan.jobs):
+        for resource in run.of_type("kubernetes:helm.sh/v3:Release"):
+            inputs = _redact(resource.raw_inputs)
+            main = ("chart", "repositoryOpts", "version", "name", "namespace", "values")
+            releases[str(inputs.get("name") or resource.name)] = {
+                "chart": inputs.get("chart"),
+                "repository": (inputs.get("repositoryOpts") or {}).get("repo"),
+                "version": inputs.get("version"),
+                "releaseName": inputs.get("name"),
+                "namespace": inputs.get("namespace"),
+                "options": _sorted({k: v for k, v in inputs.items() if k not in main}),
+                "values": _sorted(inputs.get("values") or {}),
+            }
+    return releases
+
+
+def _get(value: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _number(value: Any) -> Any:
+    """Protobuf hands every number over as a float; the provider sends 4, not 4.0, to the API server."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _number(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_number(v) for v in value]
+    return value
+
+
+def key_properties(resource: Registered) -> dict[str, Any]:
+    paths = KEY_PROPERTIES.get(resource.type)
+    if paths is None and resource.type.startswith("kubernetes:") and resource.custom:
+        paths = K8S_KEY_PROPERTIES
+    inputs = _redact(resource.raw_inputs)
+    selected = {path: _number(_get(inputs, path)) for path in paths or ()}
+    selected = {k: v for k, v in selected.items() if v is not None}
+    if resource.protect:
+        selected["protect"] = True
+    if resource.ignore_changes:
+        selected["ignoreChanges"] = sorted(resource.ignore_changes)
+    return _sorted(selected)
+
+
+def resource_tree(plan: Plan) -> list[dict[str, Any]]:
+    """Every resource of both programs: program, type, name, parent, key properties, direct dependencies."""
+    entries = []
+    for program, run in (("infra", plan.infra), ("jobs", plan.jobs)):
+        labels = {r.urn: timeline.label_of(r) for r in run.resources}
+        for r in run.resources:
+            deps = set(r.dependencies) | {u for urns in r.property_dependencies.values() for u in urns}
+            provider = r.provider.rsplit("::", 1)[0] if r.provider else ""
+            entries.append(
+                {
+                    "program": program,
+                    "label": labels[r.urn],
+                    "type": r.type,
+                    "name": r.name,
+                    "parent": labels.get(r.parent),
+                    "custom": r.custom,
+                    "provider": labels.get(provider),
+                    "properties": key_properties(r),
+                    "dependsOn": sorted(labels[u] for u in deps if u in labels and u != r.urn),
+                }
+            )
+    return sorted(entries, key=lambda e: (e["program"] != "infra", e["label"]))
+
+
+def resource_text(entries: list[dict[str, Any]]) -> str:
+    lines = ["Resource tree: children under their parents; [props] key properties; <- direct dependencies", ""]
+    for program in ("infra", "jobs"):
+        mine = [e for e in entries if e["program"] == program]
+        lines.append(f"{program} program ({len(mine)} resources)")
+        children: dict[str | None, list[dict[str, Any]]] = {}
+        for entry in mine:
+            children.setdefault(entry["parent"], []).append(entry)
+
+        def walk(parent: str | None, depth: int, children: dict[str | None, list[dict[str, Any]]] = children) -> None:
+            for entry in children.get(parent, []):
+                props = ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in entry["properties"].items())
+                line = f"{'  ' * depth}- {entry['label']}  ({entry['type']})"
+                if props:
+                    line += f"  [{props}]"
+                lines.append(line)
+                if entry["dependsOn"]:
+                    lines.append(f"{'  ' * depth}    <- {', '.join(entry['dependsOn'])}")
+                walk(entry["label"], depth + 1)
+
+        walk(None, 1)
+        lines.append("")
+    return "\n".join(lines)
+
+
+def redacted_outputs(run: ProgramRun) -> dict[str, Any]:
+    return _sorted({k: (REDACTED if k in run.secret_outputs else v) for k, v in run.outputs.items()})
+
+
+def pipeline_doc(plan: Plan) -> dict[str, Any]:
+    steps = plan.jobs.outputs.get("pipeline") or []
+    return {
+        "jobName": plan.jobs.outputs.get("jobName"),
+        "steps": [
+            {"step": s.get("step"), "submissionId": s.get("submissionId"), "entrypoint": s.get("entrypoint")}
+            for s in steps
+        ],
+    }
+
+
+def timeline_text(plan: Plan) -> str:
+    return timeline.render(plan.timeline, lustre_label="Instance/lustre", cluster_label="Cluster/gke")
+
+
+def render_files(plan: Plan) -> dict[str, str]:
+    """Relative path -> content: everything `make plan` writes under build/<stack>/."""
+    files: dict[str, str] = {}
+    for name, obj in rendered_manifests(plan):
+        files[f"manifests/{name}"] = to_yaml(obj)
+    for name, release in helm_releases(plan).items():
+        files[f"helm/{name}.yaml"] = to_yaml(release)
+    files["pipeline.yaml"] = to_yaml(pipeline_doc(plan))
+    entries = resource_tree(plan)
+    files["resources.json"] = to_json(entries)
+    files["resources.txt"] = resource_text(entries)
+    files["outputs.json"] = to_json({"infra": redacted_outputs(plan.infra), "jobs": redacted_outputs(plan.jobs)})
+    files["timeline.txt"] = timeline_text(plan)
+    return dict(sorted(files.items()))
+
+
+def write_files(out_dir: Path, files: Mapping[str, str]) -> None:
+    """Replace out_dir with exactly `files`."""
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    for relative, content in files.items():
+        path = out_dir / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content, encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Summary
+
+
+def _subnets(run: ProgramRun) -> dict[str, dict[str, Any]]:
+    return {str(r.inputs.get("name")): r.inputs for r in run.of_type("gcp:compute/subnetwork:Subnetwork")}
+
+
+def summary(plan: Plan, out_dir: Path, files: Mapping[str, str]) -> str:
+    o = plan.infra.outputs
+    lines = [f"Plan for stack {plan.stack!r} (offline, mocks, placeholder secrets)"]
+    nodes, per_node = o.get("gpuNodes"), o.get("gpusPerNode")
+    total = nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else "?"
+    lines.append(f"  GPUs: {o.get('gpuType')} on {o.get('gpuMachineType')}: {nodes} nodes x {per_node} = {total}")
+    lines.append(f"  Ray workers: {o.get('rayWorkerReplicas')} (cluster {o.get('rayClusterName')})")
+    subnets = _subnets(plan.infra)
+    cluster_subnet = next((s for s in subnets.values() if s.get("secondaryIpRanges")), None)
+    if cluster_subnet:
+        secondary = {r["rangeName"]: r["ipCidrRange"] for r in cluster_subnet["secondaryIpRanges"]}
+        lines.append(
+            f"  Cluster network {o.get('clusterNetwork')}: subnet {cluster_subnet.get('ipCidrRange')}, "
+            + ", ".join(f"{k} {v}" for k, v in sorted(secondary.items()))
+        )
+    gvnic = [s for s in subnets.values() if s.get("name", "").endswith("-gvnic-sub")]
+    for subnet in gvnic:
+        lines.append(f"  gVNIC network {o.get('gvnicNetwork')}: {subnet.get('name')} {subnet.get('ipCidrRange')}")
+    rdma = [subnets[name] for name in o.get("rdmaSubnets") or [] if name in subnets]
+    lines.append(
+        f"  RDMA network {o.get('rdmaNetwork')}: {len(rdma)} subnets "
+        + ", ".join(str(s.get("ipCidrRange")) for s in rdma)
+    )
+    capacity, tier = o.get("lustreCapacityGib"), o.get("lustreThroughputMbpsPerTib")
+    if isinstance(capacity, int) and isinstance(tier, int):
+        lines.append(
+            f"  Lustre: {capacity} GiB at {tier} MB/s per TiB = {capacity / 1024 * tier / 1000:.1f} GB/s aggregate"
+        )
+    for name, run in (("infra", plan.infra), ("jobs", plan.jobs)):
+        lines.append(f"  {name} stack outputs:")
+        for key, value in redacted_outputs(run).items():
+            text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+            if key == "pipeline":
+                text = " -> ".join(s["step"] for s in value)
+            lines.append(f"    {key}: {text if len(text) <= 110 else text[:107] + '...'}")
+    manifests = sum(1 for f in files if f.startswith("manifests/"))
+    lines.append(f"  Wrote {len(files)} files ({manifests} manifests) to {_display(out_dir)}/")
+    t = plan.timeline
+    lines.append(
+        f"  Timeline (modeled): {t.total:.1f} min in parallel vs {t.sequential:.1f} min one after another; "
+        f"critical path: {' -> '.join(s.label for s in t.critical_path if s.duration.minutes >= 1)}"
+    )
+    lustre, cluster = t.steps.get("Instance/lustre"), t.steps.get("Cluster/gke")
+    if lustre and cluster and "Cluster/gke" not in t.ancestors("Instance/lustre"):
+        lines.append(
+            f"  Lustre builds beside the cluster ({lustre.start:.1f}-{lustre.end:.1f} min vs "
+            f"{cluster.start:.1f}-{cluster.end:.1f} min); see timeline.txt"
+        )
+    return "\n".join(lines)
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--stack", default="dev", help="stack name: Pulumi.<stack>.yaml and jobs/Pulumi.<stack>.yaml")
+    parser.add_argument("--out", default=str(ROOT / "build"), help="folder that gets <stack>/ (default build/)")
+    parser.add_argument(
+        "-c", "--config", action="append", default=[], metavar="KEY=VALUE", help="override an infra config key"
+    )
+    parser.add_argument(
+        "-j", "--job-config", action="append", default=[], metavar="KEY=VALUE", help="override a job config key"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no summary, only the progress lines")
+    args = parser.parse_args(argv)
+    try:
+        plan = run_plan(args.stack, args.config, args.job_config)
+    except PlanError as error:
+        print(f"plan: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    except pulumi.RunError as error:  # the programs' ConfigError: key, value and what is allowed
+        print(f"plan: invalid config for stack {args.stack!r}: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    out_dir = Path(args.out) / args.stack
+    progress(4, f"render and write {_display(out_dir)}/")
+    files = render_files(plan)
+    write_files(out_dir, files)
+    if not args.quiet:
+        print(summary(plan, out_dir, files))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
