@@ -302,3 +302,20 @@ def test_h200_and_b200_stacks_differ_only_in_what_the_gpu_implies():
         "nemo-rl-gke:clusterName",
     }
     assert differing <= gpu_bound
+
+
+@pytest.mark.parametrize("project_dir", [ROOT, ROOT / "jobs"], ids=["infra", "jobs"])
+def test_stack_values_have_the_declared_types(project_dir: Path):
+    """The CLI rejects a stack value whose type differs from the project's declaration: check it here first."""
+    project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
+    python_types = {"string": str, "integer": int, "boolean": bool, "array": list}
+    declared = {f"{project['name']}:{key}": python_types[d["type"]] for key, d in project["config"].items()}
+    for key, declaration in project["config"].items():
+        if "default" in declaration:
+            assert isinstance(declaration["default"], python_types[declaration["type"]]), f"default of {key}"
+    for stack_file in sorted(project_dir.glob("Pulumi.*.yaml")):
+        for key, value in (yaml.safe_load(stack_file.read_text())["config"] or {}).items():
+            if key in declared:
+                wanted = declared[key]
+                ok = isinstance(value, wanted) and not (wanted is int and isinstance(value, bool))
+                assert ok, f"{stack_file.name}: {key} = {value!r} is not a {wanted.__name__}"
