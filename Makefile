@@ -10,7 +10,7 @@ STACKS := $(sort $(filter $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml)),
 
 .PHONY: test lint typecheck unit checkov plan golden clean
 
-$(BIN)/.installed: requirements.txt requirements-dev.txt
+$(BIN)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
