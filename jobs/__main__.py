@@ -4,7 +4,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from launcher.job import PipelineJob, PipelineJobArgs
 from launcher.pipeline import checkpoint_dir, entrypoint_text, pipeline_script, pipeline_steps
-from launcher.settings import ConfigError, build_infra_outputs, build_job_settings, read_config
+from launcher.settings import ConfigError, build_job_settings, read_config, read_infra_outputs
 
 values = read_config()
 if not values.get("infraStack"):
@@ -15,13 +15,8 @@ infra_ref = pulumi.StackReference(str(values["infraStack"]))
 
 
 async def main() -> None:
-    # Plain infra outputs are read and validated before anything is registered; the kubeconfig stays secret.
-    outputs = {}
-    for name in (await infra_ref.outputs.future()) or {}:
-        details = await infra_ref.get_output_details(name)
-        if details.value is not None:
-            outputs[name] = details.value
-    infra = build_infra_outputs(outputs, stack=str(values["infraStack"]))
+    # Validated before anything is registered; the kubeconfig stays a secret Output.
+    infra = await read_infra_outputs(infra_ref, str(values["infraStack"]))
     job = build_job_settings(values, infra)
     steps = pipeline_steps(job, infra)
 

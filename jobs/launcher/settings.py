@@ -251,3 +251,14 @@ def read_config() -> dict[str, Any]:
     if extra is not None:
         values["extraOverrides"] = extra
     return values
+
+
+async def read_infra_outputs(ref: pulumi.StackReference, stack: str) -> InfraOutputs:
+    """The infra stack's plain outputs, validated. Secret outputs (the kubeconfig) are not read here: they stay
+    secret Outputs, taken with `ref.require_output`."""
+    plain: dict[str, Any] = {}
+    for name in (await ref.outputs.future()) or {}:
+        details = await ref.get_output_details(name)
+        if details.value is not None:
+            plain[name] = details.value
+    return build_infra_outputs(plain, stack=stack)

@@ -329,3 +329,11 @@ def test_destroying_the_job_stack_touches_no_data(infra_outputs):
         "pulumi:providers:kubernetes",
         "pulumi:pulumi:StackReference",
     ]
+
+
+def test_job_program_stops_on_a_missing_infra_output(infra_outputs):
+    """An infra stack from before the workloads were added (no rayAddress): a clear error, nothing created."""
+    outputs = {k: v for k, v in infra_outputs["dev"].items() if k != "rayAddress"}
+    with pytest.raises(ConfigError) as caught:
+        run_jobs("dev", {"dev": outputs})
+    assert "rayAddress" in str(caught.value) and "organization/nemo-rl-gke/dev" in str(caught.value)
