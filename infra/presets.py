@@ -21,10 +21,6 @@ class GpuPreset:
     # NICs: 2 gVNIC (one is the node's primary) and one RDMA NIC per GPU.
     rdma_nics: int = 8
 
-    @property
-    def memory_bytes(self) -> int:
-        return self.memory_gb * 10**9
-
 
 GPU_PRESETS: dict[str, GpuPreset] = {
     preset.gpu_type: preset

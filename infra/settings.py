@@ -51,11 +51,6 @@ class LustreSettings:
     throughput_mbps_per_tib: int
     filesystem: str
 
-    @property
-    def throughput_gbps(self) -> float:
-        """Aggregate throughput the tier promises, in GB/s (capacity in TiB x MB/s per TiB)."""
-        return self.capacity_gib / 1024 * self.throughput_mbps_per_tib / 1000
-
 
 @dataclass(frozen=True)
 class NetworkRanges:
@@ -100,7 +95,6 @@ class InfraSettings:
     ray_head: PodResources
     ray_worker: PodResources
     shm_size: str
-    has_wandb_key: bool
 
     @property
     def gke_minor(self) -> str:
@@ -404,7 +398,6 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         ray_head=ray_head,
         ray_worker=ray_worker,
         shm_size=_shm_size(values.get("shmSize", "240Gi"), ray_worker),
-        has_wandb_key=bool(values.get("wandbApiKey")),
     )
 
 
@@ -443,7 +436,4 @@ def load() -> tuple[InfraSettings, Secrets]:
             None,
             "required: your Hugging Face token, stored encrypted: pulumi config set --secret hfToken hf_...",
         )
-    wandb_api_key = config.get_secret("wandbApiKey")
-    # Presence only: the value stays a secret Output and never enters the settings object.
-    values["wandbApiKey"] = wandb_api_key is not None
-    return build_settings(values), Secrets(hf_token=hf_token, wandb_api_key=wandb_api_key)
+    return build_settings(values), Secrets(hf_token=hf_token, wandb_api_key=config.get_secret("wandbApiKey"))
