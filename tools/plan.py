@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:  # `python tools/plan.py` puts tools/ first, not t
 
 from tools import timeline  # noqa: E402
 from tools.offline import REDACTED, ProgramRun, Registered, load_stack_config, run_program  # noqa: E402
-from tools.render import _redact, manifest  # noqa: E402
+from tools.render import redact, manifest  # noqa: E402
 
 JOBS_DIR = ROOT / "jobs"
 # Obviously fake: they must never show up in anything written (tests check), only "[secret]" does.
@@ -229,7 +229,7 @@ def helm_releases(plan: Plan) -> dict[str, dict[str, Any]]:
     releases: dict[str, dict[str, Any]] = {}
     for run in (plan.infra, plan.jobs):
         for resource in run.of_type("kubernetes:helm.sh/v3:Release"):
-            inputs = _redact(resource.raw_inputs)
+            inputs = redact(resource.raw_inputs)
             main = ("chart", "repositoryOpts", "version", "name", "namespace", "values")
             releases[str(inputs.get("name") or resource.name)] = {
                 "chart": inputs.get("chart"),
@@ -266,7 +266,7 @@ def key_properties(resource: Registered) -> dict[str, Any]:
     paths = KEY_PROPERTIES.get(resource.type)
     if paths is None and resource.type.startswith("kubernetes:") and resource.custom:
         paths = K8S_KEY_PROPERTIES
-    inputs = _redact(resource.raw_inputs)
+    inputs = redact(resource.raw_inputs)
     selected = {path: _number(_get(inputs, path)) for path in paths or ()}
     selected = {k: v for k, v in selected.items() if v is not None}
     if resource.protect:

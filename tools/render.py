@@ -10,15 +10,15 @@ from tools.offline import REDACTED, SECRET_SIG, SECRET_SIG_KEY, ProgramRun, Regi
 _NOT_MANIFEST = {"__defaults", "__inputs"}
 
 
-def _redact(value: Any) -> Any:
+def redact(value: Any) -> Any:
     if isinstance(value, dict):
         if value.get(SECRET_SIG_KEY) == SECRET_SIG:
             inner = value.get("value")
             # A secret map keeps its keys visible: which tokens exist is not itself a secret.
             return {k: REDACTED for k in inner} if isinstance(inner, dict) else REDACTED
-        return {k: _redact(v) for k, v in value.items() if k not in _NOT_MANIFEST}
+        return {k: redact(v) for k, v in value.items() if k not in _NOT_MANIFEST}
     if isinstance(value, list):
-        return [_redact(v) for v in value]
+        return [redact(v) for v in value]
     return value
 
 
@@ -40,7 +40,7 @@ def manifest(resource: Registered) -> dict[str, Any] | None:
     if kind_info is None:
         return None
     api_version, kind = kind_info
-    body = _redact(resource.raw_inputs)
+    body = redact(resource.raw_inputs)
     body["apiVersion"], body["kind"] = api_version, kind
     ordered = {"apiVersion": api_version, "kind": kind, "metadata": body.pop("metadata", {})}
     ordered.update({k: v for k, v in body.items() if k not in ("apiVersion", "kind")})
