@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:  # `python tools/plan.py` puts tools/ first, not t
 
 from tools import timeline  # noqa: E402
 from tools.offline import REDACTED, ProgramRun, Registered, load_stack_config, run_program  # noqa: E402
-from tools.render import redact, manifest  # noqa: E402
+from tools.render import manifest, redact  # noqa: E402
 
 JOBS_DIR = ROOT / "jobs"
 # Obviously fake: they must never show up in anything written (tests check), only "[secret]" does.
