@@ -29,8 +29,9 @@ An id that already finished before this submitter started:
 
 Log streaming uses the client's websocket tail (``tail_job_logs``), which replays a job's log from its beginning
 and then follows it. A count of the characters already written is kept, so when the stream has to be reopened
-(the head's connection dropped) the replayed part is skipped and nothing is printed twice. Only if the stream
-cannot deliver the end of the log after the job finished is the whole log fetched once to print the missing tail.
+(the head's connection dropped) the replayed part is skipped and nothing is printed twice. When the job has
+finished, the whole log is fetched once and whatever the stream missed (a stream that closed early ends without an
+error) is printed.
 
 Signals: SIGTERM (pod deletion) and SIGINT make the submitter exit at once (codes 143 and 130) WITHOUT stopping
 the Ray job. The job belongs to the Ray cluster and outlives the submitter pod; a restarted pod with the same
@@ -257,7 +258,6 @@ class Outage:
         self._clock = clock
         self._since: float | None = None
         self._delay = BACKOFF_FIRST_S
-        self.failures = 0  # failed calls in total
 
     def ok(self) -> None:
         if self._since is not None:
@@ -268,7 +268,6 @@ class Outage:
     def failed(self, exc: BaseException, doing: str) -> float:
         """Record a failure; return how long to back off, or raise UnreachableError when the outage is too long."""
         now = self._clock()
-        self.failures += 1
         if self._since is None:
             self._since = now
             self._out.say(f"Ray at {self.address} is not answering ({doing}: {short(exc)}); retrying")
@@ -396,7 +395,6 @@ class LogFollower:
 async def watch(client: JobSubmissionClient, submission_id: str, outage: Outage, out: Output) -> JobDetails:
     """Stream logs and poll the status until the job reaches a final status; return its final details."""
     follower = LogFollower(client, submission_id, out)
-    failures_before = outage.failures
     tail: asyncio.Task[None] = asyncio.create_task(follower.run())
     try:
         while True:
@@ -416,15 +414,14 @@ async def watch(client: JobSubmissionClient, submission_id: str, outage: Outage,
 
         if not tail.done():
             await asyncio.wait([tail], timeout=LOG_DRAIN_S)
-        streamed_to_end = tail.done() and not tail.cancelled() and tail.exception() is None
-        # After an outage the stream may have been cut short without an error: check against the whole log.
-        if not streamed_to_end or outage.failures > failures_before:
-            try:
-                full = await asyncio.to_thread(client.get_job_logs, submission_id)
-            except Exception as exc:
-                out.say(f"could not fetch the rest of the log ({short(exc)})")
-            else:
-                follower.catch_up(full)
+        # A websocket that closes early ends the stream just like the job's end does, without an error, so the
+        # stream alone cannot tell whether it delivered everything: compare with the whole log once.
+        try:
+            full = await asyncio.to_thread(client.get_job_logs, submission_id)
+        except Exception as exc:
+            out.say(f"could not check the end of the log ({short(exc)})")
+        else:
+            follower.catch_up(full)
         return info
     finally:
         tail.cancel()
@@ -496,7 +493,7 @@ def run(args: argparse.Namespace, entrypoint_words: list[str], runtime_env: dict
                     out.say(f"job {sid} was submitted by another submitter at the same time; attaching to it")
                     attached = True
                     continue
-                if isinstance(exc, OSError) or "No available agent" in str(exc):
+                if is_transient(exc) or "No available agent" in str(exc):
                     # Unknown whether Ray recorded the job: the next lookup tells.
                     time.sleep(outage.failed(exc, "submitting the job"))
                     continue

@@ -11,6 +11,9 @@ import pytest
 
 from tools.offline import ProgramRun, load_stack_config, run_program
 
+# One real Ray head per session, on loopback, for the tests that need one (tests/ray_head.py).
+pytest_plugins = ["ray_head"]
+
 ROOT = Path(__file__).resolve().parent.parent
 INFRA_STACKS = ("dev", "h200", "b200")
 HF_TOKEN = "hf_TESTTOKEN_do_not_leak_8c1f"

@@ -16,6 +16,7 @@ JOBS_DIR = Path(__file__).resolve().parent.parent
 # What the submitter pod carries: the submitter itself and the scripts it copies to Lustre for the Ray jobs.
 SCRIPT_FILES = (
     "ray_submit.py",
+    "wait_for_workers.py",
     "scripts/prepare_gsm8k.py",
     "scripts/convert_checkpoint.py",
     "preflight/nccl_allreduce.py",

@@ -11,8 +11,7 @@ from launcher.settings import InfraOutputs, JobSettings
 NEMO_RL_DIR = "/opt/nemo-rl"  # where the NeMo RL image keeps its sources and uv project
 SCRIPTS_MOUNT = "/opt/launcher"  # the ConfigMap with our scripts, inside the submitter pod
 SUBMITTER = f"{SCRIPTS_MOUNT}/ray_submit.py"
-# ray_submit.py's exit codes (its contract) and what each means for the run.
-EXIT_MEANINGS = {1: "FAILED", 2: "usage error", 3: "STOPPED", 4: "Ray unreachable"}
+WAIT_FOR_WORKERS = f"{SCRIPTS_MOUNT}/wait_for_workers.py"
 
 
 @dataclass(frozen=True)
@@ -166,10 +165,21 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
     """The submitter pod's program: copy our scripts to Lustre, then run each step through ray_submit.py,
     stopping at the first failure with what to check. Re-running it skips steps that already succeeded."""
     scripts = scripts_dir(job, infra)
+    wait = [
+        "python",
+        WAIT_FOR_WORKERS,
+        f"--address={infra.ray_address}",
+        f"--nodes={infra.ray_worker_replicas}",
+        f"--gpus-per-node={infra.gpus_per_node}",
+        f"--timeout-s={job.wait_for_workers_minutes * 60}",
+    ]
     lines = [
         "set -euo pipefail",
         f"mkdir -p {shlex.quote(scripts)}",
         f"cp -L {SCRIPTS_MOUNT}/*.py {shlex.quote(scripts)}/",
+        # GPU nodes come from zero: wait here (a timeout exits 4 and the Job retries) rather than let a Ray job fail
+        # for lack of workers, which would spend its submission id.
+        shlex.join(wait),
     ]
     for number, step in enumerate(steps, start=1):
         hint = step.on_failure.replace("'", "")  # inside single quotes in the script

@@ -70,6 +70,7 @@ class JobSettings:
     convert_to_hf: bool
     extra_overrides: tuple[str, ...]
     preflight: PreflightSettings
+    wait_for_workers_minutes: int
 
 
 def _int(key: str, value: Any) -> int:
@@ -214,6 +215,8 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
     if not 0 < lustre_fraction <= 1:
         raise ConfigError("preflightLustreMinFraction", lustre_fraction, "a fraction in (0, 1]")
 
+    wait_minutes = _positive("waitForWorkersMinutes", values.get("waitForWorkersMinutes", 60))
+
     return JobSettings(
         infra_stack=infra_stack,
         run_name=run_name,
@@ -234,6 +237,7 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
             lustre_gib_per_node=lustre_gib,
             lustre_min_fraction=lustre_fraction,
         ),
+        wait_for_workers_minutes=wait_minutes,
     )
 
 
@@ -241,6 +245,7 @@ _PLAIN_KEYS = (
     "infraStack", "runName", "recipe", "numNodes", "generationNodes", "maxNumSteps", "numPromptsPerStep",
     "numGenerationsPerPrompt", "vllmTensorParallelSize", "vllmGpuMemoryUtilization", "dtensorTensorParallelSize",
     "convertToHf", "preflight", "preflightMinBusbwGbps", "preflightLustreGibPerNode", "preflightLustreMinFraction",
+    "waitForWorkersMinutes",
 )  # fmt: skip
 
 

@@ -213,6 +213,7 @@ def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failu
     # `python SUBMITTER ... --submission-id=ID ...`: record the id; fail with 3 on the train step.
     (fake_bin / "python").write_text(
         "#!/bin/bash\n"
+        'id="$(basename "$1")"\n'  # the script run; for the submitter, its submission id
         f'for a in "$@"; do case "$a" in --submission-id=*) id="${{a#*=}}";; esac; done\n'
         f'echo "$id" >> {log}\n'
         'case "$id" in *-train) exit 3;; esac\n'
@@ -226,6 +227,7 @@ def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failu
     )
     assert result.returncode == 3
     assert log.read_text().split() == [
+        "wait_for_workers.py",
         "exp2-preflight-nccl",
         "exp2-preflight-lustre",
         "exp2-prepare-data",
@@ -270,7 +272,8 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     config_map = run.one("kubernetes:core/v1:ConfigMap").inputs
     assert volumes["launcher"]["configMap"]["name"] == config_map["metadata"]["name"]
     assert set(config_map["data"]) == {
-        "ray_submit.py", "prepare_gsm8k.py", "convert_checkpoint.py", "nccl_allreduce.py", "lustre_io.py", "pipeline.sh"
+        "ray_submit.py", "wait_for_workers.py", "prepare_gsm8k.py", "convert_checkpoint.py", "nccl_allreduce.py",
+        "lustre_io.py", "pipeline.sh",
     }  # fmt: skip
     assert config_map["data"]["ray_submit.py"] == (JOBS / "ray_submit.py").read_text()
     # The Job's address and ids come from the infra outputs.
@@ -337,3 +340,18 @@ def test_job_program_stops_on_a_missing_infra_output(infra_outputs):
     with pytest.raises(ConfigError) as caught:
         run_jobs("dev", {"dev": outputs})
     assert "rayAddress" in str(caught.value) and "organization/nemo-rl-gke/dev" in str(caught.value)
+
+
+def test_the_pipeline_waits_for_every_gpu_worker_first(infra_outputs):
+    infra = infra_of({**infra_outputs["h200"], "rayWorkerReplicas": 2})
+    job = job_with(infra, waitForWorkersMinutes=90)
+    script = pipeline_script(job, infra, pipeline_steps(job, infra))
+    lines = script.splitlines()
+    wait_line = next(i for i, line in enumerate(lines) if "wait_for_workers.py" in line)
+    first_submit = next(i for i, line in enumerate(lines) if "ray_submit.py" in line)
+    assert wait_line < first_submit
+    words = shlex.split(lines[wait_line])
+    assert f"--address={infra.ray_address}" in words
+    assert {"--nodes=2", "--gpus-per-node=8", "--timeout-s=5400"} <= set(words)
+    with pytest.raises(ConfigError, match="waitForWorkersMinutes"):
+        job_with(infra, waitForWorkersMinutes=0)

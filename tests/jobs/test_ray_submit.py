@@ -7,30 +7,26 @@ by path to drive paths a real cluster cannot produce on demand (the submit race,
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import http.server
 import importlib.util
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
+from ray_head import closed_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "jobs" / "ray_submit.py"
-RAY_BIN = Path(sys.executable).parent / "ray"
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -45,196 +41,6 @@ def _load_script() -> ModuleType:
 
 
 rs = _load_script()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Helpers
-
-
-def _free_ports(count: int) -> list[int]:
-    """Distinct free TCP ports on 127.0.0.1 (all held open until all are chosen, so none repeats)."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _closed_port() -> int:
-    return _free_ports(1)[0]
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def _api_answers(address: str) -> bool:
-    try:
-        rs.probe_version(address)
-    except Exception:
-        return False
-    return True
-
-
-def _proc_children() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    return children
-
-
-def _pids_mentioning(text: str) -> set[int]:
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmdline:
-            found.add(int(entry))
-    return found
-
-
-def _ray_processes(temp_dir: str, gcs_address: str) -> set[int]:
-    """Every process of our Ray head: those whose command line names our temp dir or our GCS address (the Ray
-    Client server names only the latter, and outlives `ray start` as an orphan), and all their descendants
-    (workers rename themselves to ray::..., so they are only found through their parents)."""
-    roots = _pids_mentioning(temp_dir) | _pids_mentioning(f"--address={gcs_address}")
-    children = _proc_children()
-    seen: set[int] = set()
-    stack = list(roots)
-    while stack:
-        pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        stack.extend(children.get(pid, []))
-    return seen
-
-
-def _wide_listeners(pids: set[int]) -> list[str]:
-    """Listening TCP sockets of these processes that are not on a loopback address, as 'pid hexaddr:port'."""
-    inode_owner: dict[str, int] = {}
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                inode_owner[link[8:-1]] = pid
-    loopback = ("0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F")
-    wide = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for row in Path(table).read_text().splitlines()[1:]:
-            fields = row.split()
-            local, state, inode = fields[1], fields[3], fields[9]
-            if state == "0A" and inode in inode_owner and local.split(":")[0] not in loopback:
-                wide.append(f"{inode_owner[inode]} {local}")
-    return wide
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def _kill_all(pids: set[int]) -> None:
-    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
-            time.sleep(0.2)
-        pids = {p for p in pids if _alive(p)}
-        if not pids:
-            return
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The Ray head
-
-
-@pytest.fixture(scope="session")
-def ray_address() -> Iterator[str]:
-    temp_dir = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
-    (
-        gcs,
-        dashboard,
-        client_server,
-        agent_listen,
-        agent_grpc,
-        metrics,
-        node_manager,
-        object_manager,
-        runtime_env_agent,
-    ) = _free_ports(9)
-    cmd = [
-        str(RAY_BIN),
-        "start",
-        "--head",
-        "--node-ip-address=127.0.0.1",
-        f"--port={gcs}",
-        "--dashboard-host=127.0.0.1",
-        f"--dashboard-port={dashboard}",
-        f"--ray-client-server-port={client_server}",
-        f"--dashboard-agent-listen-port={agent_listen}",
-        f"--dashboard-agent-grpc-port={agent_grpc}",
-        f"--metrics-export-port={metrics}",
-        f"--node-manager-port={node_manager}",
-        f"--object-manager-port={object_manager}",
-        f"--runtime-env-agent-port={runtime_env_agent}",
-        "--num-cpus=2",
-        "--num-gpus=0",
-        "--include-dashboard=true",
-        "--disable-usage-stats",
-        f"--temp-dir={temp_dir}",
-    ]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
-    # Ray swaps 127.0.0.1 for the host's outward IP (and then listens on all interfaces) unless told that this is
-    # a single-machine cluster; with this switch off every Ray server listens on 127.0.0.1 only.
-    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    gcs_address = f"127.0.0.1:{gcs}"
-    address = f"http://127.0.0.1:{dashboard}"
-    try:
-        started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
-        assert started.returncode == 0, f"ray start failed:\n{started.stdout}\n{started.stderr}"
-        _wait_for(lambda: _api_answers(address), 90, "the Ray Jobs API")
-        assert not _wide_listeners(_ray_processes(temp_dir, gcs_address)), "Ray must listen on 127.0.0.1 only"
-        yield address
-    finally:
-        _kill_all(_ray_processes(temp_dir, gcs_address))
-        left = {p for p in _ray_processes(temp_dir, gcs_address) if _alive(p)}
-        shutil.rmtree(temp_dir, ignore_errors=True)
-        assert not left, f"Ray processes left running: {sorted(left)}"
 
 
 @pytest.fixture(scope="session")
@@ -314,7 +120,7 @@ def test_stopped_job_exits_3(ray_address: str, client: Any) -> None:
     sid = _new_id("stop")
     proc = _start(_cmd(ray_address, sid, "sh", "-c", "echo started-$((3*3)); sleep 60"))
     try:
-        _wait_for(lambda: _status(client, sid) == "RUNNING", 60, "the job to run")
+        wait_for(lambda: _status(client, sid) == "RUNNING", 60, "the job to run")
         assert client.stop_job(sid) is True
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -373,7 +179,7 @@ def test_restarted_submitter_reattaches_after_sigterm(ray_address: str, client: 
     args = _cmd(ray_address, sid, "sh", "-c", f"echo ran >> {marker}; sleep 6; echo end-$((1+1))")
     first = _start(args)
     try:
-        _wait_for(lambda: marker.exists() and _status(client, sid) == "RUNNING", 60, "the job to start")
+        wait_for(lambda: marker.exists() and _status(client, sid) == "RUNNING", 60, "the job to start")
         first.send_signal(signal.SIGTERM)
         first_out, _ = first.communicate(timeout=20)
     finally:
@@ -419,7 +225,7 @@ def test_runtime_env_secret_values_are_never_printed(ray_address: str, client: A
 
 
 def test_unreachable_address_exits_4_quickly() -> None:
-    address = f"http://127.0.0.1:{_closed_port()}"
+    address = f"http://127.0.0.1:{closed_port()}"
     started = time.monotonic()
     result = _run(_cmd(address, "t-unreachable", "true", extra=("--connect-timeout", "2")), timeout=60)
     elapsed = time.monotonic() - started
@@ -571,6 +377,68 @@ def test_losing_the_submit_race_attaches_instead_of_failing(monkeypatch: pytest.
     assert out.splitlines()[-1] == "ray_submit: job j2 SUCCEEDED"
 
 
+class _Scripted:
+    """A fake Jobs API: the job is unknown until submitted, then RUNNING for a few lookups, then SUCCEEDED."""
+
+    def __init__(self, submit_errors: list[str], streamed: list[str], full_log: str) -> None:
+        self.submit_errors = submit_errors
+        self.streamed = streamed
+        self.full_log = full_log
+        self.submitted = False
+        self.submits = 0
+        self.lookups_after_submit = 0
+
+    def get_job_info(self, sid: str) -> Any:
+        from ray.job_submission import JobStatus
+
+        if not self.submitted:
+            raise RuntimeError(f"Request failed with status code 404: Job {sid} does not exist.")
+        self.lookups_after_submit += 1
+        status = JobStatus.RUNNING if self.lookups_after_submit < 3 else JobStatus.SUCCEEDED
+        return SimpleNamespace(submission_id=sid, status=status, message="ok", driver_exit_code=0)
+
+    def submit_job(self, **kwargs: Any) -> str:
+        self.submits += 1
+        if self.submit_errors:
+            raise RuntimeError(self.submit_errors.pop(0))
+        self.submitted = True
+        return str(kwargs["submission_id"])
+
+    async def tail_job_logs(self, sid: str) -> AsyncIterator[str]:
+        for chunk in self.streamed:
+            yield chunk
+
+    def get_job_logs(self, sid: str) -> str:
+        return self.full_log
+
+
+def _run_fake(monkeypatch: pytest.MonkeyPatch, fake: _Scripted, sid: str) -> int:
+    monkeypatch.setattr(rs, "connect", lambda address, outage: fake)
+    monkeypatch.setattr(rs, "STATUS_POLL_S", 0.05)
+    monkeypatch.setattr(rs, "BACKOFF_FIRST_S", 0.01)
+    monkeypatch.setattr(rs, "install_signal_handlers", lambda out, sid: None)  # keep pytest's own handlers
+    return rs.main(["--address", "http://head:8265", "--submission-id", sid, "--", "python", "train.py"])
+
+
+def test_a_stream_that_closes_early_still_prints_the_whole_log(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    # The websocket delivers the first line and closes without an error; the job goes on and finishes.
+    fake = _Scripted(submit_errors=[], streamed=["one\n"], full_log="one\ntwo\nthree\n")
+    assert _run_fake(monkeypatch, fake, "j3") == rs.EXIT_SUCCEEDED
+    out = capsys.readouterr().out
+    assert out.count("one\n") == 1 and out.count("two\n") == 1 and out.count("three\n") == 1
+    assert out.index("one") < out.index("two") < out.index("three")
+
+
+def test_a_gateway_error_on_submit_is_retried_not_fatal(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    # A proxy in front of a restarting head answers 502 once; the retry submits and the job runs.
+    fake = _Scripted(
+        submit_errors=["Request failed with status code 502: Bad Gateway"], streamed=["ok\n"], full_log="ok\n"
+    )
+    assert _run_fake(monkeypatch, fake, "j4") == rs.EXIT_SUCCEEDED
+    assert fake.submits == 2
+    assert capsys.readouterr().out.splitlines()[-1] == "ray_submit: job j4 SUCCEEDED"
+
+
 def test_reopened_log_stream_skips_what_was_printed(capsys: pytest.CaptureFixture[str]) -> None:
     follower = rs.LogFollower(client=None, submission_id="j", out=rs.Output())
     follower.write_from(0, "abc\n")
@@ -596,7 +464,7 @@ class _VersionOnly(http.server.BaseHTTPRequestHandler):
 
 
 def test_waits_for_the_api_to_come_up() -> None:
-    port = _closed_port()
+    port = closed_port()
     address = f"http://127.0.0.1:{port}"
     servers: list[http.server.HTTPServer] = []
 
@@ -613,6 +481,6 @@ def test_waits_for_the_api_to_come_up() -> None:
         assert time.monotonic() - started >= 1.4
         assert client is not None
     finally:
-        _wait_for(lambda: bool(servers), 10, "the fake server")
+        wait_for(lambda: bool(servers), 10, "the fake server")
         servers[0].shutdown()
         servers[0].server_close()

@@ -1,0 +1,106 @@
+"""Wait until the Ray cluster has the GPU workers a run needs, before the pipeline submits anything.
+
+    python wait_for_workers.py --address http://HOST:8265 --nodes N --gpus-per-node G [--timeout-s S] [--poll-s S]
+
+Runs in the submitter pod, before the first Ray job. GPU nodes start from zero and can take long to arrive (a
+reservation being filled, flex-start capacity, a tens-of-GB image pull); a Ray job submitted before them would
+fail, and Ray never reruns a failed submission id, so the run's name would be spent on a start-up delay. Waiting
+here costs nothing: a timeout exits 4, the Kubernetes Job starts a new pod, and the wait goes on.
+
+It asks the head's State API (`ray.util.state.list_nodes`, over the same HTTP port as the Jobs API) for alive
+nodes and counts those with at least G GPUs. Exit codes: 0 ready, 4 not ready in time or Ray unreachable,
+2 usage. Standard library and Ray's own client only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+EXIT_READY = 0
+EXIT_USAGE = 2
+EXIT_NOT_READY = 4
+
+
+def gpu_workers(nodes: Iterable[Mapping[str, object]], gpus_per_node: int) -> int:
+    """How many alive nodes offer at least `gpus_per_node` GPUs."""
+    count = 0
+    for node in nodes:
+        resources = node.get("resources_total") or {}
+        gpus = float(resources.get("GPU", 0)) if isinstance(resources, Mapping) else 0.0
+        if node.get("state") == "ALIVE" and gpus >= gpus_per_node:
+            count += 1
+    return count
+
+
+def alive_nodes(address: str) -> list[dict[str, object]]:
+    from ray.util.state import list_nodes
+
+    nodes = list_nodes(address=address, filters=[("state", "=", "ALIVE")], timeout=30, raise_on_missing_output=False)
+    return [{"state": node.state, "resources_total": dict(node.resources_total or {})} for node in nodes]
+
+
+def wait(
+    list_nodes: Callable[[], list[dict[str, object]]],
+    nodes: int,
+    gpus_per_node: int,
+    timeout_s: float,
+    poll_s: float,
+    say: Callable[[str], None],
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Poll until `nodes` GPU workers are alive; say how many there are whenever that changes."""
+    deadline = clock() + timeout_s
+    last_seen: int | None = None
+    while True:
+        try:
+            ready = gpu_workers(list_nodes(), gpus_per_node)
+        except Exception as exc:  # the head may be restarting: keep waiting, within the deadline
+            ready = -1
+            if last_seen != -1:
+                say(f"the Ray head does not answer yet ({type(exc).__name__}: {str(exc)[:200]})")
+        else:
+            if ready != last_seen:
+                say(f"{ready} of {nodes} Ray GPU workers ({gpus_per_node} GPUs each) are up")
+        last_seen = ready
+        if ready >= nodes:
+            return True
+        if clock() >= deadline:
+            return False
+        sleep(min(poll_s, max(0.0, deadline - clock())))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--address", required=True, help="the Ray dashboard/Jobs API, http://HOST:8265")
+    parser.add_argument("--nodes", type=int, required=True, help="GPU workers needed")
+    parser.add_argument("--gpus-per-node", type=int, required=True, help="GPUs each worker must offer")
+    parser.add_argument("--timeout-s", type=float, default=3600.0, help="give up (exit 4) after this long")
+    parser.add_argument("--poll-s", type=float, default=15.0, help="seconds between looks")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code else EXIT_READY
+    if args.nodes < 1 or args.gpus_per_node < 1 or args.timeout_s < 0 or args.poll_s <= 0:
+        print("wait_for_workers: --nodes and --gpus-per-node must be 1 or more, the times positive", file=sys.stderr)
+        return EXIT_USAGE
+
+    def say(message: str) -> None:
+        print(f"wait_for_workers: {message}", flush=True)
+
+    say(f"waiting up to {args.timeout_s:g} s for {args.nodes} GPU workers at {args.address}")
+    if wait(lambda: alive_nodes(args.address), args.nodes, args.gpus_per_node, args.timeout_s, args.poll_s, say):
+        say("ready")
+        return EXIT_READY
+    say(
+        f"not ready after {args.timeout_s:g} s: check the GPU node pool (reservation, quota, flex-start capacity) "
+        "and the Ray worker pods (kubectl get pods -l ray.io/node-type=worker); the Job will try again"
+    )
+    return EXIT_NOT_READY
+
+
+if __name__ == "__main__":
+    sys.exit(main())

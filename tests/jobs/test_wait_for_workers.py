@@ -1,0 +1,117 @@
+"""The pipeline waits for its GPU workers before submitting anything; tested pure and against a real Ray head."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from ray_head import HEAD_GPUS, closed_port
+
+SCRIPT = Path(__file__).resolve().parents[2] / "jobs" / "wait_for_workers.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("wait_for_workers", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+wfw = _load()
+
+
+def node(gpus: float, state: str = "ALIVE") -> dict[str, object]:
+    return {"state": state, "resources_total": {"CPU": 200.0, "GPU": gpus}}
+
+
+def test_counts_alive_nodes_with_enough_gpus():
+    nodes = [node(0), node(8), node(8, state="DEAD"), node(4), node(8), {"state": "ALIVE", "resources_total": {}}]
+    assert wfw.gpu_workers(nodes, 8) == 2
+    assert wfw.gpu_workers(nodes, 4) == 3
+    assert wfw.gpu_workers([], 1) == 0
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_waits_until_the_workers_arrive_and_reports_changes():
+    time = FakeTime()
+    arrivals = iter([[node(0)], [node(0)], [node(0), node(8)], [node(0), node(8), node(8)]])
+    said: list[str] = []
+    ready = wfw.wait(lambda: next(arrivals), 2, 8, 600, 10, said.append, time.clock, time.sleep)
+    assert ready is True
+    assert time.now == 30  # three waits of 10 s
+    assert said == [
+        "0 of 2 Ray GPU workers (8 GPUs each) are up",
+        "1 of 2 Ray GPU workers (8 GPUs each) are up",
+        "2 of 2 Ray GPU workers (8 GPUs each) are up",
+    ]
+
+
+def test_gives_up_at_the_deadline():
+    time = FakeTime()
+    said: list[str] = []
+    assert wfw.wait(lambda: [node(8)], 2, 8, 45, 10, said.append, time.clock, time.sleep) is False
+    assert time.now == 45
+    assert said == ["1 of 2 Ray GPU workers (8 GPUs each) are up"]  # said once, not on every poll
+
+
+def test_an_unanswering_head_is_waited_for():
+    time = FakeTime()
+    answers: list[object] = [ConnectionError("refused"), ConnectionError("refused"), [node(8)]]
+
+    def list_nodes() -> list[dict[str, object]]:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[return-value]
+
+    said: list[str] = []
+    assert wfw.wait(list_nodes, 1, 8, 600, 5, said.append, time.clock, time.sleep) is True
+    assert said[0].startswith("the Ray head does not answer yet (ConnectionError")
+    assert len(said) == 2
+
+
+def run_script(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.mark.timeout(300)
+def test_against_a_real_head(ray_address: str):
+    ready = run_script("--address", ray_address, "--nodes", "1", "--gpus-per-node", str(HEAD_GPUS))
+    assert ready.returncode == wfw.EXIT_READY, ready.stdout + ready.stderr
+    assert f"1 of 1 Ray GPU workers ({HEAD_GPUS} GPUs each) are up" in ready.stdout
+
+    short = ("--timeout-s", "2", "--poll-s", "0.5")
+    too_big = run_script("--address", ray_address, "--nodes", "1", "--gpus-per-node", "8", *short)
+    assert too_big.returncode == wfw.EXIT_NOT_READY
+    assert "0 of 1 Ray GPU workers (8 GPUs each) are up" in too_big.stdout
+    too_many = run_script("--address", ray_address, "--nodes", "2", "--gpus-per-node", str(HEAD_GPUS), *short)
+    assert too_many.returncode == wfw.EXIT_NOT_READY
+    assert "the Job will try again" in too_many.stdout
+
+
+@pytest.mark.timeout(120)
+def test_unreachable_head_and_usage_errors():
+    gone = run_script("--address", f"http://127.0.0.1:{closed_port()}", "--nodes", "1", "--gpus-per-node", "8",
+                      "--timeout-s", "1", "--poll-s", "0.5")  # fmt: skip
+    assert gone.returncode == wfw.EXIT_NOT_READY
+    assert "does not answer yet" in gone.stdout
+    assert run_script("--nodes", "1").returncode == wfw.EXIT_USAGE
+    assert run_script("--address", "http://x:8265", "--nodes", "0", "--gpus-per-node", "8").returncode == wfw.EXIT_USAGE

@@ -1,0 +1,208 @@
+"""A real Ray head for the tests, on 127.0.0.1 only, started once per session and stopped by process id.
+
+Loaded as a pytest plugin (tests/conftest.py), so every test module shares the one head: the job submitter's tests
+and the worker-wait tests. The head declares 2 logical GPUs (Ray counts them; no device is touched), so tests can
+ask "are there GPU workers" of a real cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+RAY_BIN = Path(sys.executable).parent / "ray"
+HEAD_GPUS = 2
+
+
+def _api_answers(address: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{address}/api/version", timeout=5) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct free TCP ports on 127.0.0.1 (all held open until all are chosen, so none repeats)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def closed_port() -> int:
+    return free_ports(1)[0]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _proc_children() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def _pids_mentioning(text: str) -> set[int]:
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.add(int(entry))
+    return found
+
+
+def _ray_processes(temp_dir: str, gcs_address: str) -> set[int]:
+    """Every process of our Ray head: those whose command line names our temp dir or our GCS address (the Ray
+    Client server names only the latter, and outlives `ray start` as an orphan), and all their descendants
+    (workers rename themselves to ray::..., so they are only found through their parents)."""
+    roots = _pids_mentioning(temp_dir) | _pids_mentioning(f"--address={gcs_address}")
+    children = _proc_children()
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        stack.extend(children.get(pid, []))
+    return seen
+
+
+def _wide_listeners(pids: set[int]) -> list[str]:
+    """Listening TCP sockets of these processes that are not on a loopback address, as 'pid hexaddr:port'."""
+    inode_owner: dict[str, int] = {}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inode_owner[link[8:-1]] = pid
+    loopback = ("0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F")
+    wide = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and inode in inode_owner and local.split(":")[0] not in loopback:
+                wide.append(f"{inode_owner[inode]} {local}")
+    return wide
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _kill_all(pids: set[int]) -> None:
+    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.2)
+        pids = {p for p in pids if _alive(p)}
+        if not pids:
+            return
+
+
+@pytest.fixture(scope="session")
+def ray_address() -> Iterator[str]:
+    temp_dir = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
+    (
+        gcs,
+        dashboard,
+        client_server,
+        agent_listen,
+        agent_grpc,
+        metrics,
+        node_manager,
+        object_manager,
+        runtime_env_agent,
+    ) = free_ports(9)
+    cmd = [
+        str(RAY_BIN),
+        "start",
+        "--head",
+        "--node-ip-address=127.0.0.1",
+        f"--port={gcs}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard}",
+        f"--ray-client-server-port={client_server}",
+        f"--dashboard-agent-listen-port={agent_listen}",
+        f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--metrics-export-port={metrics}",
+        f"--node-manager-port={node_manager}",
+        f"--object-manager-port={object_manager}",
+        f"--runtime-env-agent-port={runtime_env_agent}",
+        "--num-cpus=2",
+        f"--num-gpus={HEAD_GPUS}",
+        "--include-dashboard=true",
+        "--disable-usage-stats",
+        f"--temp-dir={temp_dir}",
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # Ray swaps 127.0.0.1 for the host's outward IP (and then listens on all interfaces) unless told that this is
+    # a single-machine cluster; with this switch off every Ray server listens on 127.0.0.1 only.
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    gcs_address = f"127.0.0.1:{gcs}"
+    address = f"http://127.0.0.1:{dashboard}"
+    try:
+        started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
+        assert started.returncode == 0, f"ray start failed:\n{started.stdout}\n{started.stderr}"
+        wait_for(lambda: _api_answers(address), 90, "the Ray Jobs API")
+        assert not _wide_listeners(_ray_processes(temp_dir, gcs_address)), "Ray must listen on 127.0.0.1 only"
+        yield address
+    finally:
+        _kill_all(_ray_processes(temp_dir, gcs_address))
+        left = {p for p in _ray_processes(temp_dir, gcs_address) if _alive(p)}
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        assert not left, f"Ray processes left running: {sorted(left)}"
