@@ -82,6 +82,16 @@ def test_children_wait_for_what_their_parent_component_depends_on():
     assert "NodePool/gpu" in t.ancestors("ConfigFile/manifest")
 
 
+def test_a_child_of_a_custom_resource_starts_when_its_parent_is_created():
+    cluster = Res(CLUSTER, "gke")
+    pool = Res(POOL, "gpu", parent=cluster.urn)  # a custom resource as parent: no cycle through the parent's finish
+    t = timeline.build([[cluster, pool]])
+    assert t.steps["NodePool/gpu"].start == pytest.approx(minutes(CLUSTER))
+    assert t.total == pytest.approx(minutes(CLUSTER) + minutes(POOL))
+    assert [s.label for s in t.critical_path] == ["Cluster/gke", "NodePool/gpu"]
+    assert t.ancestors("NodePool/gpu") == {"Cluster/gke"}
+
+
 def test_kubernetes_objects_wait_for_the_cluster_through_their_provider():
     cluster = Res(CLUSTER, "gke")
     provider = Res(PROVIDER, "k8s", dependencies=[cluster.urn])

@@ -26,6 +26,8 @@ if str(ROOT) not in sys.path:
 from tools import plan  # noqa: E402
 
 SKIPS_FILE = ROOT / "checkov-skips.yaml"
+# The fewest words a skip's reason may have: a sentence that says why the finding is accepted, not a label.
+MIN_REASON_WORDS = 8
 CHECKOV = ROOT / ".venv-checkov" / "bin" / "checkov"
 
 
@@ -58,8 +60,10 @@ def load_skips(path: Path = SKIPS_FILE) -> list[Skip]:
             raise ValueError(f"{path.name}: skip {index} has no checkov check id")
         if not resources or not all(isinstance(r, str) and r for r in resources):
             raise ValueError(f"{path.name}: skip {check} names no resources")
-        if not isinstance(reason, str) or len(reason.split()) < 8:
-            raise ValueError(f"{path.name}: skip {check} needs a reason (a sentence or more)")
+        if not isinstance(reason, str) or len(reason.split()) < MIN_REASON_WORDS:
+            raise ValueError(
+                f"{path.name}: skip {check} needs a reason (a sentence or more, {MIN_REASON_WORDS}+ words)"
+            )
         skips.append(Skip(check, tuple(resources), " ".join(reason.split())))
     return skips
 

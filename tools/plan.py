@@ -9,7 +9,8 @@ placeholder secrets, and writes build/<stack>/:
   outputs.json                      both stacks' outputs, secret outputs as "[secret]"
   timeline.txt                      the modeled provisioning timeline (tools/timeline.py)
 Everything written is deterministic (sorted keys, stable order, no timestamps, no absolute paths), so a checked-in
-copy (tests/golden/) shows any change to what gets deployed in review.
+copy (tests/golden/) shows any change to what gets deployed in review. The folder is replaced as a whole, but only
+when it is an earlier plan output (or empty): another folder in its place is an error (exit 2), not deleted.
 """
 
 from __future__ import annotations
@@ -360,9 +361,25 @@ def render_files(plan: Plan) -> dict[str, str]:
     return dict(sorted(files.items()))
 
 
+# Files every plan output has: a folder holding neither is not one, and write_files will not remove it.
+PLAN_OUTPUT_MARKERS = ("pipeline.yaml", "resources.json")
+
+
 def write_files(out_dir: Path, files: Mapping[str, str]) -> None:
-    """Replace out_dir with exactly `files`."""
+    """Replace out_dir with exactly `files`.
+
+    out_dir is removed first only if it looks like an earlier plan output (it has pipeline.yaml or resources.json)
+    or is empty; anything else there (a mistyped --out, e.g. `--out / --stack dev` is /dev) raises PlanError and is
+    left alone."""
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+        raise PlanError(f"{out_dir} exists and is not a folder; refusing to replace it (choose another --out)")
     if out_dir.exists():
+        if any(out_dir.iterdir()) and not any((out_dir / name).is_file() for name in PLAN_OUTPUT_MARKERS):
+            raise PlanError(
+                f"{out_dir} exists and is not a plan output (it has neither "
+                f"{' nor '.join(PLAN_OUTPUT_MARKERS)}); refusing to delete it: choose another --out, "
+                "or remove the folder yourself"
+            )
         shutil.rmtree(out_dir)
     for relative, content in files.items():
         path = out_dir / relative
@@ -462,7 +479,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir = Path(args.out) / args.stack
     progress(4, f"render and write {_display(out_dir)}/")
     files = render_files(plan)
-    write_files(out_dir, files)
+    try:
+        write_files(out_dir, files)
+    except PlanError as error:
+        print(f"plan: {error}", file=sys.stderr)
+        return EXIT_CONFIG
     if not args.quiet:
         print(summary(plan, out_dir, files))
     return 0

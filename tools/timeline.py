@@ -6,7 +6,8 @@ the ones in DURATIONS, each with where it comes from or marked as an estimate.
 
 Model, as the Pulumi engine runs a program:
 - a resource starts once everything it depends on is done: its explicit and property dependencies, its provider
-  (a Kubernetes provider needs the cluster's endpoint), and its parent's registration;
+  (a Kubernetes provider needs the cluster's endpoint), and its parent: a component parent's registration, a custom
+  resource parent's creation;
 - a dependency on a component waits for all the component's descendants; components themselves take no time;
 - resources with nothing between them are created in parallel;
 - the job stack is applied after the infra stack is complete (its StackReference reads the infra outputs).
@@ -203,11 +204,12 @@ class _Schedule:
         self._visiting: set[str] = set()
 
     def constraint(self, label: str, dep: str) -> float:
-        """When `dep` lets `label` start: a parent component once it has started (registered), anything else once
-        it has finished (a component once everything under it has)."""
+        """When `dep` lets `label` start. Its parent: a component once it has started (registered), a custom
+        resource once it has been created (its end) - never the parent's finish, which includes `label` itself.
+        Anything else once it has finished (a component once everything under it has)."""
         node = self.nodes[dep]
-        if node.component and self.nodes[label].parent == dep:
-            return self.start(dep)
+        if self.nodes[label].parent == dep:
+            return self.start(dep) if node.component else self.end(dep)
         return self.finish(dep)
 
     def start(self, label: str) -> float:
@@ -247,7 +249,7 @@ class _Schedule:
             if not binding:
                 break
             dep = max(binding, key=lambda d: (self.nodes[d].duration.minutes, d))
-            current = dep if self.nodes[dep].component and node.parent == dep else self.last_inside(dep)
+            current = dep if node.parent == dep else self.last_inside(dep)
             if current in path:
                 break
             path.append(current)

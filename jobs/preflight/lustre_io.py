@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
 """Pre-flight check: Managed Lustre write and read throughput from every GPU worker node.
 
-Run it as a Ray job entrypoint from a working dir that contains jobs/:
+The pipeline submits it as a Ray job (step preflight-lustre): the submitter pod first copies the job scripts onto
+Lustre, to /data/<run>/scripts/, and the job's entrypoint, run on the Ray head pod in NeMo RL's environment, is
 
-    python jobs/preflight/lustre_io.py --capacity-gib 18000 --tier-mbps-per-tib 1000 [--path /data/preflight]
+    cd /opt/nemo-rl && uv run python /data/<run>/scripts/lustre_io.py --path=/data/<run>/preflight-io \
+        --nodes=N --capacity-gib=18000 --tier-mbps-per-tib=1000 [--gib-per-node=G --min-fraction=F]
+
+(<run> is the job's run name; --path defaults to /data/preflight). With --local it checks only the host it runs on,
+without Ray.
 
 One actor per worker node (node-affinity scheduling onto every alive Ray node that has GPUs, or the first
 --nodes of them) writes --gib-per-node GiB in --streams parallel files of large sequential writes, each ending
-with fsync; once every node has written, every node reads. Then all files are removed, also when a phase fails.
+with fsync; once every node has written, every node reads. Then all files are removed, also when a phase fails:
+the actors are killed first (a stuck write or read would hold them), and fresh tasks remove the files.
 
 Reads and the page cache: a node's own page cache would serve reads of what it just wrote, at memory speed.
   - cross-node (default with 2+ nodes): node i reads the files node i+1 wrote, with buffered reads; the reader
@@ -45,6 +51,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -68,6 +75,9 @@ DEFAULT_STREAMS = 16
 DEFAULT_BLOCK_MIB = 16
 DEFAULT_PATH = "/data/preflight"
 READ_MODES = ("auto", "cross-node", "direct", "buffered")
+# How long the removal of a run's files may take under Ray, s. Removing a few dozen files is quick; a removal that
+# takes longer is stuck on the same fault as the phase before it, and is reported as files left behind.
+CLEANUP_TIMEOUT_S = 120.0
 
 
 class PreflightError(RuntimeError):
@@ -367,9 +377,6 @@ class LustreActor:
     def read(self, run_dir: str, writer_index: int, sizes: list[int], block_bytes: int, mode: str) -> dict[str, Any]:
         return read_node(run_dir, writer_index, sizes, block_bytes, mode)
 
-    def cleanup(self, run_dir: str) -> bool:
-        return remove_run_dir(run_dir)
-
 
 # ---------------------------------------------------------------------------------------------- orchestration
 
@@ -381,18 +388,26 @@ def new_run_dir(path: str) -> str:
 def run_phases(
     nodes: int,
     infos: list[dict[str, Any]],
-    write_all: Any,
-    read_all: Any,
-    cleanup: Any,
+    write_all: Callable[[], list[dict[str, Any]]],
+    read_all: Callable[[list[int]], list[dict[str, Any]]],
+    cleanup: Callable[[], bool],
     mode: str,
+    run_dir: str,
 ) -> dict[str, Any]:
-    """Write on every node, then read on every node; clean up whatever happens."""
+    """Write on every node, then read on every node; clean up whatever happens.
+
+    cleanup() returns whether the run's files are gone. After a failed phase there is no report to carry that, so
+    it is printed to stderr before the error propagates."""
     sources = read_sources(nodes, mode)
     try:
         writes = write_all()
         reads = read_all(sources)
-    finally:
+    except BaseException:
         removed = cleanup()
+        state = "removed" if removed else "NOT removed - remove them by hand"
+        print(f"# after the failure, the files under {run_dir}: {state}", file=sys.stderr, flush=True)
+        raise
+    removed = cleanup()
     return {"infos": infos, "writes": writes, "reads": reads, "sources": sources, "removed": removed}
 
 
@@ -407,7 +422,39 @@ def run_local(cfg: dict[str, Any]) -> dict[str, Any]:
         lambda sources: [read_node(run_dir, sources[0], sizes, block, cfg["mode"])],
         lambda: remove_run_dir(run_dir),
         cfg["mode"],
+        run_dir,
     )
+
+
+def remove_with_fresh_tasks(ray: Any, remover: Any, node_ids: list[str], run_dir: str, timeout_s: float) -> bool:
+    """Remove run_dir with one new task pinned to each node (any of them can: the dir is on shared storage).
+
+    True once one task reports the dir gone; False when none does within timeout_s (a node that died or hangs on
+    the file system does not hold the others up). Tasks still running then are cancelled."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    pending = [
+        remover.options(
+            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+        ).remote(run_dir)
+        for node_id in node_ids
+    ]
+    deadline = time.monotonic() + timeout_s
+    removed = False
+    while pending and not removed:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, pending = ray.wait(pending, num_returns=1, timeout=left)
+        for ref in ready:
+            try:
+                removed = bool(ray.get(ref)) or removed
+            except ray.exceptions.RayError:
+                continue
+    for ref in pending:
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=True)
+    return removed
 
 
 def run_ray(nodes: int | None, all_nodes: bool, requested_mode: str, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -435,13 +482,13 @@ def run_ray(nodes: int | None, all_nodes: bool, requested_mode: str, cfg: dict[s
     run_dir = new_run_dir(cfg["path"])
 
     def cleanup() -> bool:
-        for actor in actors:  # any live node can remove the whole run dir: it is shared storage
-            try:
-                if ray.get(actor.cleanup.remote(run_dir), timeout=timeout):
-                    return True
-            except ray.exceptions.RayError:
-                continue
-        return False
+        # Kill the actors first. Each runs one call at a time, so a call sent to an actor whose write or read is
+        # stuck (a phase that timed out) would queue behind it and never run; fresh tasks remove the files instead.
+        for actor in actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+        node_ids = [node["NodeID"] for node in chosen]
+        return remove_with_fresh_tasks(ray, ray.remote(remove_run_dir), node_ids, run_dir, CLEANUP_TIMEOUT_S)
 
     try:
         infos = ray.get([a.info.remote(cfg["path"]) for a in actors], timeout=timeout)
@@ -455,14 +502,16 @@ def run_ray(nodes: int | None, all_nodes: bool, requested_mode: str, cfg: dict[s
             ),
             cleanup,
             cfg["mode"],
+            run_dir,
         )
     except ray.exceptions.GetTimeoutError as exc:
         raise PreflightError(f"a phase did not finish within {timeout} s") from exc
     except ray.exceptions.RayError as exc:
         raise PreflightError(f"a node failed:\n{exc}") from exc
     finally:
-        for actor in actors:
-            ray.kill(actor)
+        for actor in actors:  # cleanup() has killed them already, unless the info call failed
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
 
 
 # ---------------------------------------------------------------------------------------------------- report

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """Pre-flight check: NCCL all-reduce bandwidth over every GPU of the Ray cluster.
 
-Run it as a Ray job entrypoint from a working dir that contains jobs/:
+The pipeline submits it as a Ray job (step preflight-nccl): the submitter pod first copies the job scripts onto
+Lustre, to /data/<run>/scripts/, and the job's entrypoint, run on the Ray head pod in NeMo RL's environment (torch,
+ray), is
 
-    python jobs/preflight/nccl_allreduce.py [--nodes N] [--gpus-per-node 8] [--min-busbw-gbps 100]
+    cd /opt/nemo-rl && uv run python /data/<run>/scripts/nccl_allreduce.py --nodes=N --gpus-per-node=8 \
+        --min-busbw-gbps=100
+
+(<run> is the job's run name).
 
 It places one bundle {"GPU": gpus_per_node, "CPU": ...} per node (STRICT_SPREAD, so every bundle is a different
 node), starts one actor per GPU in each bundle, joins them into one torch.distributed NCCL group (rendezvous on the

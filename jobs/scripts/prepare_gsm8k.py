@@ -24,6 +24,12 @@ leading minus and decimals kept). Each file is written to a temporary name and r
 manifest matches the source and the files (row counts agree) prints that it skips and exits 0 without loading any
 data; anything else (files without a manifest, counts that disagree, another source) is rebuilt.
 
+Concurrent runs (two pipelines share DIR): each takes an exclusive lock on ``DIR/.lock`` (flock) before it checks
+the manifest and holds it until its files are written, so the second run waits, then finds the output complete and
+skips. A temporary file is removed only once it is older than STALE_TEMP_SECONDS (a crashed run's leftover), never
+while another writer may still rename it into place. Where the file system refuses flock, the run says so and goes
+on unlocked; the renames still keep every file whole.
+
 Exit codes: 0 done or skipped, 1 bad data (the message names the row) or no ``datasets`` for the hub source,
 2 usage error.
 """
@@ -31,13 +37,17 @@ Exit codes: 0 done or skipped, 1 bad data (the message names the row) or no ``da
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +59,9 @@ TRAIN_FILE = "train.jsonl"
 TEST_FILE = "test.jsonl"
 MANIFEST_FILE = "_COMPLETE.json"
 MANIFEST_VERSION = 1
+LOCK_FILE = ".lock"
+# A temporary file older than this is a crashed run's leftover; a live writer's is seconds old (GSM8K is a few MB).
+STALE_TEMP_SECONDS = 6 * 3600
 
 HUB_DATASET = "openai/gsm8k"
 HUB_CONFIG = "main"
@@ -238,13 +251,46 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
+@contextlib.contextmanager
+def exclusive_lock(out_dir: Path) -> Iterator[bool]:
+    """Hold an exclusive flock on out_dir/.lock (blocking until it is free); yields False where flock is refused.
+
+    The lock file stays: removing it would let a run that opened it before the removal and one that opens the new
+    file both hold "the" lock."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        locked = True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            print(f"{PROG}: warning: cannot lock {out_dir / LOCK_FILE} ({exc.strerror}); going on unlocked")
+            locked = False
+        yield locked
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def remove_stale_temps(out_dir: Path, now: float | None = None) -> list[Path]:
+    """Remove this script's temporary files older than STALE_TEMP_SECONDS; return what was removed."""
+    cutoff = (time.time() if now is None else now) - STALE_TEMP_SECONDS
+    removed = []
+    for name in (*SPLIT_FILES.values(), MANIFEST_FILE):
+        for temp in out_dir.glob(f".{name}.*.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                if temp.stat().st_mtime < cutoff:
+                    temp.unlink()
+                    removed.append(temp)
+    return removed
+
+
 def write_outputs(out_dir: Path, converted: Mapping[str, Converted], identity: Mapping[str, str], sha: str) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     # The manifest goes first, so a run interrupted from here on is seen as partial and rebuilt.
     (out_dir / MANIFEST_FILE).unlink(missing_ok=True)
-    for name in SPLIT_FILES.values():
-        for stale in out_dir.glob(f".{name}.*.tmp"):
-            stale.unlink(missing_ok=True)
+    remove_stale_temps(out_dir)
     for split, name in SPLIT_FILES.items():
         lines = (json.dumps(row, ensure_ascii=False) + "\n" for row in converted[split].rows)
         _write_atomic(out_dir / name, "".join(lines))
@@ -286,6 +332,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    # The completeness check and the write happen under one lock: a run that waited for another one's build then
+    # finds it complete and skips, instead of writing the same files again (or over files being written).
+    with exclusive_lock(args.output_dir):
+        return prepare(args)
+
+
+def prepare(args: argparse.Namespace) -> int:
     out_dir: Path = args.output_dir
 
     if args.source is not None:

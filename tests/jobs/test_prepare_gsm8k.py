@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -148,7 +149,8 @@ def test_writes_both_splits_from_local_source(tmp_path: Path, no_datasets: Path)
         manifest["source_sha256"]
         == hashlib.sha256(SAMPLE.read_bytes() + b"\0" + SAMPLE.read_bytes() + b"\0").hexdigest()
     )
-    assert sorted(p.name for p in out.iterdir()) == ["_COMPLETE.json", "test.jsonl", "train.jsonl"]  # no temp files
+    # No temporary files; the lock file stays (see exclusive_lock).
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "_COMPLETE.json", "test.jsonl", "train.jsonl"]
     assert "train=12, test=12" in result.stdout
     assert "'#### 1,250' -> output '1250'" in result.stdout
 
@@ -279,11 +281,12 @@ def test_usage_errors_exit_2(tmp_path: Path, args: list[str]) -> None:
 # The hub path, with a stand-in `datasets` module (the real one lives in the NeMo RL image only)
 
 FAKE_DATASETS = """
-import json, os
+import json, os, time
 
 def load_dataset(path, name=None, **kwargs):
     with open(os.environ["FAKE_DATASETS_LOG"], "a") as log:
         log.write(json.dumps([path, name, sorted(kwargs)]) + "\\n")
+    time.sleep(float(os.environ.get("FAKE_DATASETS_SLEEP", "0")))  # a download that takes a while
     with open(os.environ["FAKE_DATASETS_ROWS"]) as handle:
         return json.load(handle)
 """
@@ -315,6 +318,48 @@ def test_hub_path_loads_gsm8k_main_once(tmp_path: Path, fake_hub: tuple[Path, di
     again = run("--output-dir", out, pythonpath=pythonpath, env=env)
     assert again.returncode == 0 and "skipping" in again.stdout
     assert len(Path(env["FAKE_DATASETS_LOG"]).read_text().splitlines()) == 1  # the skip loaded nothing
+
+
+def test_two_concurrent_runs_on_one_dir_build_once_and_both_succeed(
+    tmp_path: Path, fake_hub: tuple[Path, dict[str, str]]
+) -> None:
+    """Two pipelines preparing the same shared dir at once: the second waits for the first's lock, finds the output
+    complete and skips; neither fails, and the data is loaded once."""
+    pythonpath, env = fake_hub
+    out = tmp_path / "out"
+    full_env = {**os.environ, **env, "PYTHONPATH": str(pythonpath), "FAKE_DATASETS_SLEEP": "2"}
+    command = [sys.executable, str(SCRIPT), "--output-dir", str(out)]
+    procs = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env)
+        for _ in range(2)
+    ]
+    results = [proc.communicate(timeout=120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], results
+    stdouts = [stdout for stdout, _ in results]
+    assert sorted("wrote train=9, test=3" in stdout for stdout in stdouts) == [False, True], stdouts
+    assert sorted("skipping" in stdout for stdout in stdouts) == [False, True], stdouts
+    assert len(Path(env["FAKE_DATASETS_LOG"]).read_text().splitlines()) == 1  # one build loaded the data
+    assert [row["output"] for row in _read_jsonl(out / "train.jsonl")] == SAMPLE_OUTPUTS[:9]
+    assert [row["output"] for row in _read_jsonl(out / "test.jsonl")] == SAMPLE_OUTPUTS[9:]
+    assert json.loads((out / "_COMPLETE.json").read_text())["splits"]["train"]["rows"] == 9
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_a_build_removes_only_stale_temporary_files(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    live = out / ".train.jsonl.live123.tmp"  # another writer's, seconds old: it may still rename it into place
+    stale = out / ".test.jsonl.dead456.tmp"  # a crashed run's, a day old
+    live.write_text("in flight")
+    stale.write_text("left over")
+    day_ago = time.time() - 24 * 3600
+    os.utime(stale, (day_ago, day_ago))
+
+    result = run("--output-dir", out, "--source", SAMPLE)
+    assert result.returncode == 0, result.stderr
+    assert live.read_text() == "in flight"
+    assert not stale.exists()
+    assert prep.STALE_TEMP_SECONDS < 24 * 3600
 
 
 def test_hub_bad_row_is_named_by_split_and_index(tmp_path: Path, fake_hub: tuple[Path, dict[str, str]]) -> None:

@@ -8,8 +8,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as futures_wait
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -196,8 +201,10 @@ def test_files_are_removed_when_a_phase_fails(
     monkeypatch.setattr(lio, "read_node", broken_read)
     assert lio.main(_args(base, "--node-limit-gbps", "1e-6")) == 2
     assert seen == [["stream-000.bin", "stream-001.bin", "stream-002.bin"]]  # the files existed when it broke
-    assert "Input/output error" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Input/output error" in err
     assert _left_behind(base) == []
+    assert ": removed" in err and "NOT removed" not in err  # says so, since no report follows
 
 
 def test_corrupted_data_is_caught(
@@ -263,6 +270,257 @@ def test_ray_node_actor_path(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         assert status == 0, text
         assert "1 node(s)" in text and "node 0" in text and "PASS" in text and "files removed: yes" in text
         assert _left_behind(tmp_path / "p") == []
+    finally:
+        ray.shutdown()
+        ray.cloudpickle.unregister_pickle_by_value(lio)
+
+
+# ------------------------------------------------------------------------------------- Ray path, stuck phase
+
+
+class _FakeRayError(Exception):
+    pass
+
+
+class _FakeGetTimeoutError(_FakeRayError):
+    pass
+
+
+class _FakeActorDiedError(_FakeRayError):
+    pass
+
+
+class _FakeTaskError(_FakeRayError):
+    pass
+
+
+class _FakeAffinity:
+    def __init__(self, node_id: str, soft: bool) -> None:
+        self.node_id, self.soft = node_id, soft
+
+
+class _FakeActor:
+    """An actor handle with Ray's default concurrency of one: calls run one after another on one thread."""
+
+    def __init__(self, ray: _FakeRay, index: int, instance: Any) -> None:
+        self.ray, self.index, self.instance = ray, index, instance
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        self.dead = False
+
+    def __getattr__(self, method: str) -> Any:
+        handle = self
+
+        class _Method:
+            def remote(self, *args: Any) -> Future[Any]:
+                return handle.call(method, args)
+
+        return _Method()
+
+    def call(self, method: str, args: tuple[Any, ...]) -> Future[Any]:
+        self.ray.log.append(("call", method, self.index))
+        if self.dead:
+            failed: Future[Any] = Future()
+            failed.set_exception(_FakeActorDiedError(f"actor {self.index} was killed"))
+            return failed
+
+        def run() -> Any:
+            if self.dead:
+                raise _FakeActorDiedError(f"actor {self.index} was killed")
+            return getattr(self.instance, method)(*args)
+
+        return self.pool.submit(run)
+
+    def kill(self) -> None:
+        self.dead = True  # a call already running carries on (its thread cannot be stopped); queued ones fail
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _FakeRay:
+    """The part of the Ray API that run_ray uses, in-process: enough to show what the driver waits on."""
+
+    def __init__(self, nodes: int) -> None:
+        self.log: list[tuple[Any, ...]] = []
+        self.actors: list[_FakeActor] = []
+        self.exceptions = SimpleNamespace(
+            RayError=_FakeRayError, GetTimeoutError=_FakeGetTimeoutError, RayActorError=_FakeActorDiedError
+        )
+        self.util = SimpleNamespace(
+            get_node_ip_address=lambda: "10.0.0.1",
+            scheduling_strategies=SimpleNamespace(NodeAffinitySchedulingStrategy=_FakeAffinity),
+        )
+        self._nodes = [
+            {"NodeID": f"node-{i}", "Alive": True, "NodeManagerAddress": f"10.0.0.{i + 1}", "Resources": {"GPU": 8.0}}
+            for i in range(nodes)
+        ]
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setitem(sys.modules, "ray", self)
+        monkeypatch.setitem(sys.modules, "ray.exceptions", self.exceptions)
+        monkeypatch.setitem(sys.modules, "ray.util", self.util)
+        monkeypatch.setitem(sys.modules, "ray.util.scheduling_strategies", self.util.scheduling_strategies)
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._nodes
+
+    def remote(self, target: Any) -> Any:
+        fake = self
+        if isinstance(target, type):
+
+            class _ActorClass:
+                def options(self, **_: Any) -> _ActorClass:
+                    return self
+
+                def remote(self) -> _FakeActor:
+                    actor = _FakeActor(fake, len(fake.actors), target())
+                    fake.actors.append(actor)
+                    return actor
+
+            return _ActorClass()
+
+        class _Task:
+            def __init__(self, node_id: str = "") -> None:
+                self.node_id = node_id
+
+            def options(self, *, scheduling_strategy: _FakeAffinity, **_: Any) -> _Task:
+                return _Task(scheduling_strategy.node_id)
+
+            def remote(self, *args: Any) -> Future[Any]:
+                fake.log.append(("task", target.__name__, self.node_id))
+                return ThreadPoolExecutor(max_workers=1).submit(target, *args)  # a new worker, no queue
+
+        return _Task()
+
+    def get(self, refs: Any, timeout: float | None = None) -> Any:
+        many = isinstance(refs, list)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = []
+        for ref in refs if many else [refs]:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                out.append(ref.result(timeout=left))
+            except FutureTimeout as exc:
+                raise _FakeGetTimeoutError("timed out") from exc
+            except CancelledError as exc:
+                raise _FakeActorDiedError("the actor was killed") from exc
+            except _FakeRayError:
+                raise
+            except Exception as exc:
+                raise _FakeTaskError(repr(exc)) from exc
+        return out if many else out[0]
+
+    def wait(
+        self, refs: list[Future[Any]], num_returns: int = 1, timeout: float | None = None
+    ) -> tuple[list[Future[Any]], list[Future[Any]]]:
+        assert num_returns == 1
+        done, _ = futures_wait(refs, timeout=timeout, return_when=FIRST_COMPLETED)
+        return [r for r in refs if r in done], [r for r in refs if r not in done]
+
+    def kill(self, actor: _FakeActor) -> None:
+        self.log.append(("kill", actor.index))
+        actor.kill()
+
+    def cancel(self, ref: Future[Any], force: bool = False) -> None:
+        ref.cancel()
+
+
+def test_cleanup_after_a_stuck_phase_kills_the_actors_instead_of_queueing_behind_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every node's write hangs (as on a Lustre outage): the phase times out, and the files are still removed, at
+    once, by fresh tasks; nothing is sent to the hung actors, which would only run it after the hung write."""
+    fake = _FakeRay(nodes=2)
+    fake.install(monkeypatch)
+    hung = threading.Event()
+    stuck: list[int] = []
+
+    def hanging_write(run_dir: str, node_index: int, sizes: list[int], block: int) -> dict[str, Any]:
+        node_dir = lio.node_dir_of(run_dir, node_index)
+        os.makedirs(node_dir, exist_ok=True)
+        Path(lio.stream_path(node_dir, 0)).write_bytes(b"partly written")
+        stuck.append(node_index)
+        hung.wait(60)
+        raise OSError(5, "Input/output error")  # what the write would end with; the test releases it at the end
+
+    monkeypatch.setattr(lio, "write_node", hanging_write)
+    monkeypatch.setattr(lio, "CLEANUP_TIMEOUT_S", 30.0)
+    base = tmp_path / "p"
+    args = [a for a in _args(base, "--node-limit-gbps", "1e-6") if a != "--local"]
+    try:
+        began = time.monotonic()
+        status = lio.main([*args, "--timeout-s", "0.5", "--expect-fstype", ""])
+        took = time.monotonic() - began
+        left = _left_behind(base)
+        still_hung = not hung.is_set() and sorted(stuck) == [0, 1]
+    finally:
+        hung.set()
+    err = capsys.readouterr().err
+    assert status == 2
+    assert "a phase did not finish within 0.5 s" in err
+    assert still_hung  # the writes were still hanging when main returned ...
+    assert left == [], left  # ... and their files were gone all the same
+    assert "files under" in err and ": removed" in err
+    assert took < 10  # the phase's 0.5 s and a quick removal, not a wait on the hung actors
+    calls = [entry for entry in fake.log if entry[0] == "call"]
+    assert {entry[1] for entry in calls} == {"info", "write"}  # no cleanup call went to an actor
+    kills = [i for i, entry in enumerate(fake.log) if entry[0] == "kill"]
+    tasks = [i for i, entry in enumerate(fake.log) if entry[0] == "task"]
+    assert {fake.log[i][1] for i in kills} >= {0, 1} and tasks
+    assert max(kills[:2]) < min(tasks)  # both actors were killed before the removal started
+    assert {fake.log[i][1:] for i in tasks} <= {("remove_run_dir", "node-0"), ("remove_run_dir", "node-1")}
+
+
+def test_removal_reports_files_left_when_no_task_manages_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeRay(nodes=2)
+    fake.install(monkeypatch)
+    release = threading.Event()
+
+    def hanging_remove(run_dir: str) -> bool:
+        release.wait(60)
+        return True
+
+    def failing_remove(run_dir: str) -> bool:
+        raise OSError(5, "Input/output error")
+
+    try:
+        began = time.monotonic()
+        hung = lio.remove_with_fresh_tasks(fake, fake.remote(hanging_remove), ["node-0", "node-1"], "/x", 0.3)
+        took = time.monotonic() - began
+    finally:
+        release.set()
+    assert hung is False and took < 5  # bounded by the timeout, reported as not removed
+    assert lio.remove_with_fresh_tasks(fake, fake.remote(failing_remove), ["node-0"], "/x", 5.0) is False
+    assert lio.remove_with_fresh_tasks(fake, fake.remote(lambda run_dir: False), ["node-0"], "/x", 5.0) is False
+
+
+@pytest.mark.timeout(180)
+def test_ray_path_removes_the_files_of_a_hung_phase_without_waiting_on_its_actor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ray
+    import ray.cloudpickle
+
+    def hanging_write(run_dir: str, node_index: int, sizes: list[int], block: int) -> None:
+        node_dir = os.path.join(run_dir, f"node-{node_index:03d}")  # no reference to lio: it runs in a Ray worker
+        os.makedirs(node_dir, exist_ok=True)
+        with open(os.path.join(node_dir, "stream-000.bin"), "wb") as fh:
+            fh.write(b"partly written")
+        time.sleep(600)
+
+    monkeypatch.setattr(lio, "write_node", hanging_write)
+    ray.cloudpickle.register_pickle_by_value(lio)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    try:
+        args = [a for a in _args(tmp_path / "p", "--node-limit-gbps", "1e-6") if a != "--local"]
+        began = time.monotonic()
+        status = lio.main([*args, "--all-nodes", "--expect-fstype", "", "--timeout-s", "2"])
+        took = time.monotonic() - began
+        err = capsys.readouterr().err
+        assert status == 2 and "a phase did not finish within 2.0 s" in err
+        assert ": removed" in err and _left_behind(tmp_path / "p") == []
+        assert took < 60  # the 2 s phase and the removal; the actor's write would sleep for 600 s
     finally:
         ray.shutdown()
         ray.cloudpickle.unregister_pickle_by_value(lio)
