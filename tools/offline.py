@@ -143,45 +143,47 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         super().__init__(mocks)
         self.registered: list[Registered] = []
 
+    def _record(self, urn: str, request: Any, props: Any, **details: Any) -> None:
+        raw = json_format.MessageToDict(props)
+        self.registered.append(
+            Registered(
+                urn=urn,
+                type=request.type,
+                name=request.name,
+                parent=request.parent,
+                inputs=_unwrap(raw),
+                raw_inputs=raw,
+                dependencies=list(request.dependencies),
+                provider=request.provider,
+                **details,
+            )
+        )
+
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
-            raw = json_format.MessageToDict(request.object)
-            self.registered.append(
-                Registered(
-                    urn=response.urn,
-                    type=request.type,
-                    name=request.name,
-                    parent=request.parent,
-                    inputs=_unwrap(raw),
-                    raw_inputs=raw,
-                    dependencies=list(request.dependencies),
-                    property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
-                    provider=request.provider,
-                    protect=bool(request.protect),
-                    ignore_changes=list(request.ignoreChanges),
-                    custom=bool(request.custom),
-                )
+            self._record(
+                response.urn,
+                request,
+                request.object,
+                property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+                protect=bool(request.protect),
+                ignore_changes=list(request.ignoreChanges),
+                custom=bool(request.custom),
             )
         return response
 
     def ReadResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        """A read (a StackReference): no options, nothing of ours to protect or ignore."""
         response = super().ReadResource(request)
-        self.registered.append(
-            Registered(
-                urn=response.urn,
-                type=request.type,
-                name=request.name,
-                parent=request.parent,
-                inputs=_unwrap(json_format.MessageToDict(request.properties)),
-                raw_inputs=json_format.MessageToDict(request.properties),
-                dependencies=list(request.dependencies),
-                property_dependencies={},
-                provider=request.provider,
-                protect=False,
-                ignore_changes=[],
-                custom=True,
-            )
+        self._record(
+            response.urn,
+            request,
+            request.properties,
+            property_dependencies={},
+            protect=False,
+            ignore_changes=[],
+            custom=True,
         )
         return response
 

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from script_loader import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "jobs" / "scripts" / "convert_checkpoint.py"
 
 
 @pytest.fixture(scope="module")
-def convert():
-    spec = importlib.util.spec_from_file_location("convert_checkpoint", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def convert() -> ModuleType:
+    return load_script("jobs/scripts/convert_checkpoint.py", "convert_checkpoint")
 
 
 def make_step(root: Path, n: int, complete: bool = True) -> Path:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from conftest import ROOT, WANDB_KEY, run_infra_stack
 from launcher.pipeline import entrypoint_text, grpo_overrides, pipeline_script, pipeline_steps
 from launcher.settings import ConfigError, InfraOutputs, build_infra_outputs, build_job_settings
+from script_loader import load_script
 
 from tools.offline import ProgramRun, load_stack_config, run_program
 
@@ -72,13 +72,7 @@ def test_defaults_are_the_tutorial_run(infra_outputs):
 
 
 def test_input_and_output_keys_match_what_prepare_writes(infra_outputs):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("prepare_gsm8k", JOBS / "scripts" / "prepare_gsm8k.py")
-    assert spec and spec.loader
-    prepare = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = prepare  # dataclasses look their module up while the module executes
-    spec.loader.exec_module(prepare)
+    prepare = load_script("jobs/scripts/prepare_gsm8k.py", "prepare_gsm8k")
     infra = infra_of(infra_outputs["h200"])
     overrides = grpo_overrides(job_with(infra), infra)
     assert f"+data.input_key={prepare.INPUT_KEY}" in overrides

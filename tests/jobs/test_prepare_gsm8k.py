@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import math_verify
 import pytest
 from math_verify.errors import TimeoutException
 from math_verify.metric import math_metric
 from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "jobs" / "scripts" / "prepare_gsm8k.py"
@@ -26,16 +25,7 @@ SAMPLE = ROOT / "tests" / "data" / "gsm8k_sample.jsonl"
 SAMPLE_OUTPUTS = ["21", "1250", "-5", "7.5", "3550", "1200", "12", "109", "105", "79", "194", "30"]
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("prepare_gsm8k", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-prep = _load_script()
+prep = load_script("jobs/scripts/prepare_gsm8k.py", "prepare_gsm8k")
 
 
 def _sample_rows() -> list[dict[str, str]]:

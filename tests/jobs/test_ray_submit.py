@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import importlib.util
 import json
 import os
 import signal
@@ -19,11 +18,12 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from ray_head import closed_port, wait_for
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "jobs" / "ray_submit.py"
@@ -31,16 +31,7 @@ SCRIPT = ROOT / "jobs" / "ray_submit.py"
 pytestmark = pytest.mark.timeout(300)
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ray_submit_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-rs = _load_script()
+rs = load_script("jobs/ray_submit.py", "ray_submit_under_test")
 
 
 @pytest.fixture(scope="session")

@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from ray_head import HEAD_GPUS, closed_port
+from script_loader import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "jobs" / "wait_for_workers.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("wait_for_workers", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-wfw = _load()
+wfw = load_script("jobs/wait_for_workers.py", "wait_for_workers")
 
 
 def node(gpus: float, state: str = "ALIVE") -> dict[str, object]:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,25 +13,17 @@ from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPo
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as futures_wait
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "jobs" / "preflight" / "lustre_io.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("preflight_lustre_io", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-lio = _load()
+lio = load_script("jobs/preflight/lustre_io.py", "preflight_lustre_io")
 MIB, GIB = 1 << 20, 1 << 30
 
 

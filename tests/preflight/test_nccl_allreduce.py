@@ -3,30 +3,20 @@ over gloo (two local processes, and optionally two Ray actors)."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "jobs" / "preflight" / "nccl_allreduce.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("preflight_nccl_allreduce", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-na = _load()
+na = load_script("jobs/preflight/nccl_allreduce.py", "preflight_nccl_allreduce")
 MIB, GIB = 1 << 20, 1 << 30
 
 
