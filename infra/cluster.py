@@ -24,6 +24,8 @@ CPU_POOL_NAME = "cpu-pool"
 # The autoscaler owns how many nodes exist; initial counts are read back as the live count and would
 # otherwise show as a diff (and initialNodeCount as a replacement) on every `pulumi up`.
 AUTOSCALED_FIELDS = ["initialNodeCount", "nodeCount"]
+# Node pools keep fixed names, so a pool that must be replaced (new machine type, provisioning mode or
+# reservation) is deleted first: GKE refuses a second pool of the same name.
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
@@ -167,7 +169,9 @@ class GkeCluster(pulumi.ComponentResource):
                 ),
             ),
             # Nodes pull images and write logs with these roles from their first boot.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=self.node_roles, ignore_changes=AUTOSCALED_FIELDS),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=self.node_roles, ignore_changes=AUTOSCALED_FIELDS, delete_before_replace=True
+            ),
         )
 
         self.kubeconfig = pulumi.Output.secret(

@@ -105,7 +105,10 @@ class GpuNodePool(pulumi.ComponentResource):
                 **provisioning_config(args.provisioning, args.reservation),  # type: ignore[arg-type]
             ),
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=args.cluster.node_roles, ignore_changes=AUTOSCALED_FIELDS
+                parent=self,
+                depends_on=args.cluster.node_roles,
+                ignore_changes=AUTOSCALED_FIELDS,
+                delete_before_replace=True,
             ),
         )
         self.register_outputs({"name": self.pool.name, "machineType": preset.machine_type})

@@ -59,6 +59,18 @@ class ManagedLustre(pulumi.ComponentResource):
             deletion_policy="REMOVE_PEERING",
             opts=child,
         )
+        # Lustre servers open connections to their clients too (lock callbacks, recovery): admit the peering
+        # range on the Lustre ports, 988 and the legacy 6988 the GKE driver uses. Nothing else, nowhere else.
+        self.firewall = gcp.compute.Firewall(
+            f"{name}-ingress",
+            name=f"{args.instance_id}-ingress",
+            project=args.project,
+            network=args.network_id,
+            direction="INGRESS",
+            source_ranges=[args.peering_range],
+            allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=["988", "6988"])],
+            opts=child,
+        )
         self.instance = gcp.lustre.Instance(
             name,
             instance_id=args.instance_id,

@@ -26,11 +26,12 @@ LUSTRE_TIERS: dict[int, tuple[int, int, int, int, int]] = {
 # Ray version inside each NeMo RL image tag we know; any other image needs `rayVersion` set.
 NEMO_RL_RAY_VERSIONS = {"v0.5.0": "2.49.2"}
 
-_CLUSTER_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,22}[a-z0-9])?$")
+_CLUSTER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,22}[a-z0-9]$")
 _FILESYSTEM_RE = re.compile(r"^[A-Za-z0-9]{1,8}$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _ZONE_RE = re.compile(r"^([a-z]+-[a-z]+[0-9]+)-[a-z]$")
-_GKE_VERSION_RE = re.compile(r"^1\.([0-9]+)(?:\.[0-9]+(?:-gke\.[0-9]+)?)?$")
+_GKE_VERSION_RE = re.compile(r"^1\.([0-9]+)(?:\.([0-9]+)-gke\.([0-9]+))?$")
+_RFC1918 = tuple(ipaddress.IPv4Network(cidr) for cidr in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 _IMAGE_RE = re.compile(r"^[a-z0-9.\-/:]+:[A-Za-z0-9_.\-]+$")
 _RAY_VERSION_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 
@@ -137,8 +138,8 @@ def _network(key: str, value: Any) -> ipaddress.IPv4Network:
         network = ipaddress.ip_network(str(value), strict=True)
     except ValueError:
         raise ConfigError(key, value, "an IPv4 CIDR range with no host bits, such as 10.0.0.0/20") from None
-    if not isinstance(network, ipaddress.IPv4Network) or not network.is_private:
-        raise ConfigError(key, value, "a private IPv4 range (RFC 1918)")
+    if not isinstance(network, ipaddress.IPv4Network) or not any(network.subnet_of(block) for block in _RFC1918):
+        raise ConfigError(key, value, "a private IPv4 range inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16")
     return network
 
 
@@ -273,17 +274,28 @@ def _shm_size(value: Any, ray_worker: PodResources) -> str:
     return size
 
 
-def _gke_version(value: Any, preset: GpuPreset) -> str:
-    version = str(value)
+def _version_tuple(version: str) -> tuple[int, ...] | None:
+    """(minor, patch, gke build) of '1.32.2-gke.1422000'; (minor,) of a bare minor such as '1.33'."""
     match = _GKE_VERSION_RE.match(version)
-    minimum_minor = int(preset.min_gke_version.split(".")[1])
-    if not match or int(match.group(1)) < minimum_minor:
+    if not match:
+        return None
+    return tuple(int(part) for part in match.groups() if part is not None)
+
+
+def _gke_version(value: Any, preset: GpuPreset) -> str:
+    """A bare minor (GKE picks that minor's current patch) must be at least the GPU's minimum minor; a full
+    version must be at least the GPU's full minimum version."""
+    version = str(value)
+    wanted = _version_tuple(version)
+    minimum = _version_tuple(preset.min_gke_version)
+    assert minimum is not None
+    if wanted is None or wanted[: len(minimum)] < minimum[: len(wanted)]:
         raise ConfigError(
             "gkeVersion",
             version,
-            f"a GKE version such as 1.33 at or above {preset.min_gke_version} for {preset.gpu_type}",
+            f"a GKE minor such as 1.33, or a full version such as {preset.min_gke_version}, at or above "
+            f"{preset.min_gke_version} for {preset.gpu_type}",
         )
-    # The legacy Lustre port and multi-networking need recent minors; 1.32 and 1.33 are what we test.
     return version
 
 
@@ -328,8 +340,8 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         raise ConfigError(
             "clusterName",
             cluster_name,
-            "1-24 characters: a lowercase letter, then lowercase letters, digits or hyphens, ending in a letter or "
-            "digit (GKE's rule; 24 so the service accounts named after it fit GCP's 30-character limit)",
+            "2-24 characters: a lowercase letter, then lowercase letters, digits or hyphens, ending in a letter or "
+            "digit (GKE's rule; 2 to 24 so the service accounts named after it fit GCP's 6-30 character ids)",
         )
 
     cpu_machine_type = str(values.get("cpuMachineType", "n2-highmem-80"))

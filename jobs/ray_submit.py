@@ -41,8 +41,12 @@ Secrets: the values of ``env_vars`` in the runtime environment are never printed
 that come back from Ray are scrubbed of those values before they are printed. (The job's own log output is
 printed as the job wrote it.)
 
-Exit codes: 0 succeeded, 1 failed (or rejected by Ray), 2 usage error, 3 stopped, 4 Ray unreachable (also when
-the connection is lost for longer than ``--connect-timeout`` while waiting), 130/143 interrupted by a signal.
+An id that exists with a different command (a changed run under an old name) is refused with exit code 2: the
+old job is neither followed nor reported as this command's result.
+
+Exit codes: 0 succeeded, 1 failed (or rejected by Ray), 2 usage error or id conflict, 3 stopped, 4 Ray unreachable
+(also when the connection is lost for longer than ``--connect-timeout`` while waiting), 130/143 interrupted by a
+signal.
 Unlike ``ray job submit``, a stopped job does not exit 0.
 
 Only the standard library and Ray's own job submission client are used; Python 3.10 or newer.
@@ -96,6 +100,10 @@ T = TypeVar("T")
 
 class UsageError(Exception):
     """Bad command line; exit code 2."""
+
+
+class ConflictError(Exception):
+    """The submission id belongs to a job with another command; exit code 2, like a usage error."""
 
 
 class UnreachableError(Exception):
@@ -291,6 +299,10 @@ class Outage:
             else:
                 self.ok()
                 return result
+
+
+def short_text(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def short(exc: BaseException) -> str:
@@ -503,7 +515,11 @@ def run(args: argparse.Namespace, entrypoint_words: list[str], runtime_env: dict
             continue
 
         if getattr(info, "entrypoint", entrypoint) != entrypoint:
-            out.say(f"note: job {sid} was submitted with a different entrypoint; that job is the one followed")
+            # Following (or skipping) the old job would report a run this command never made.
+            raise ConflictError(
+                f"job {sid} already exists with a different command ({short_text(info.entrypoint)}). A changed "
+                f"run needs a new submission id (a new run name), or `ray job delete {sid}` to discard the old one"
+            )
         if info.status.is_terminal() and not attached:
             return outcome(info, sid, out, earlier=True)
         if not attached:
@@ -542,6 +558,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return run(args, entrypoint, runtime_env, out)
+    except ConflictError as exc:
+        out.say(f"{exc}")
+        out.say(f"job {args.submission_id}: not run (the id is taken by another command)")
+        return EXIT_USAGE
     except UnreachableError as exc:
         out.say(f"{exc}")
         out.say(f"job {args.submission_id}: Ray unreachable at {args.address}")

@@ -10,7 +10,7 @@ import yaml
 from conftest import HF_TOKEN, INFRA_STACKS, ROOT, WANDB_KEY, RunInfra
 
 from infra.settings import ConfigError
-from tools.offline import plaintext_paths
+from tools.offline import MissingConfigError, load_stack_config, plaintext_paths, run_program
 
 NETWORK = "gcp:compute/network:Network"
 SUBNET = "gcp:compute/subnetwork:Subnetwork"
@@ -30,6 +30,8 @@ def test_networks(stack_run):
     rdma = next(n for n in networks.values() if n.name.endswith("-rdma"))
     assert rdma.inputs["networkProfile"] == f"projects/{project}/global/networkProfiles/{zone}-vpc-roce"
     assert rdma.inputs["mtu"] == 8896
+    assert run.one(NETWORK, "networks-gvnic").inputs["mtu"] == 8244  # jumbo frames, as GKE sets up A3 Ultra/A4
+    assert run.one(NETWORK, "networks-cluster").inputs["mtu"] == 8896  # Managed Lustre's best
 
     subnets = run.of_type(SUBNET)
     cluster_subnet = next(s for s in subnets if s.name == "networks-cluster")
@@ -46,7 +48,7 @@ def test_networks(stack_run):
 
 def test_gvnic_firewall_is_internal_only(stack_run):
     _, run = stack_run
-    firewall = run.one("gcp:compute/firewall:Firewall")
+    firewall = run.one("gcp:compute/firewall:Firewall", "networks-gvnic-internal")
     assert firewall.inputs["sourceRanges"] == ["192.168.0.0/24"]
     for cidr in firewall.inputs["sourceRanges"]:
         assert ipaddress.ip_network(cidr).is_private
@@ -101,6 +103,7 @@ def test_cpu_pool(stack_run):
     assert pool.inputs["nodeConfig"]["machineType"] == "n2-highmem-80"
     assert "guestAccelerators" not in pool.inputs["nodeConfig"]
     assert set(pool.ignore_changes) >= {"initialNodeCount", "nodeCount"}
+    assert pool.delete_before_replace  # fixed name: a replacement must delete the old pool first
 
 
 def test_gpu_pool(stack_run):
@@ -118,6 +121,7 @@ def test_gpu_pool(stack_run):
     assert pool["autoscaling"]["totalMaxNodeCount"] == int(config["nemo-rl-gke:gpuNodes"])
     assert node["gvnic"] == {"enabled": True}
     assert set(run.one(NODE_POOL, "gpu").ignore_changes) >= {"initialNodeCount", "nodeCount"}
+    assert run.one(NODE_POOL, "gpu").delete_before_replace
 
 
 def test_gpu_pool_networks_in_nic_order(stack_run):
@@ -173,8 +177,13 @@ def test_lustre(stack_run):
     address = run.one("gcp:compute/globalAddress:GlobalAddress")
     assert (address.inputs["purpose"], address.inputs["prefixLength"]) == ("VPC_PEERING", 20)
     peering = run.one("gcp:servicenetworking/connection:Connection")
-    assert peering.inputs["deletionPolicy"] in ("REMOVE_PEERING", "ABANDON")
+    # DELETE fails while the producer holds the range; ABANDON leaves a peering that blocks deleting the VPC.
+    assert peering.inputs["deletionPolicy"] == "REMOVE_PEERING"
     assert run.depends_on(lustre, peering)
+    firewall = run.one("gcp:compute/firewall:Firewall", "lustre-ingress").inputs
+    assert firewall["sourceRanges"] == [f"{address.inputs['address']}/20"]
+    assert firewall["allows"] == [{"protocol": "tcp", "ports": ["988", "6988"]}]
+    assert firewall["network"] == lustre.inputs["network"]
 
 
 def test_lustre_builds_beside_the_cluster(stack_run):
@@ -242,9 +251,18 @@ def test_secrets_never_plaintext(run_infra: RunInfra):
                 assert name in run.secret_outputs, f"output {name} carries a secret in plaintext"
 
 
-def test_missing_hf_token_says_how_to_set_it(run_infra: RunInfra):
+def test_missing_hf_token_stops_the_cli_before_the_program():
+    """hfToken is declared without a default: the CLI refuses to run the program without it."""
+    _, config = load_stack_config(ROOT, "dev")
+    with pytest.raises(MissingConfigError, match="missing configuration value 'hfToken'"):
+        run_program(ROOT, config, secrets={}, stack="dev")
+
+
+def test_missing_hf_token_says_how_to_set_it_when_the_program_runs_anyway():
+    """Without the CLI's check (the Automation API, an older CLI), the program's own message says how to set it."""
+    _, config = load_stack_config(ROOT, "dev")
     with pytest.raises(ConfigError) as caught:
-        run_infra("dev", secrets={})
+        run_program(ROOT, config, secrets={}, stack="dev", enforce_required=False)
     assert caught.value.key == "hfToken"
     assert "pulumi config set --secret hfToken" in str(caught.value)
 

@@ -114,9 +114,9 @@ def test_ray_workers_zero_means_one_per_node():
     assert settings_with(gpuNodes=4, rayWorkerReplicas=3).ray_worker_replicas == 3
 
 
-@pytest.mark.parametrize("name", ["Nemo", "1nemo", "nemo-", "nemo_rl", "a" * 25, ""])
+@pytest.mark.parametrize("name", ["Nemo", "1nemo", "nemo-", "nemo_rl", "a" * 25, "", "a"])
 def test_invalid_cluster_name(name: str):
-    expect_error("clusterName", repr(name), "lowercase letter", clusterName=name)
+    expect_error("clusterName", repr(name), "2-24 characters", clusterName=name)
 
 
 @pytest.mark.parametrize(
@@ -182,8 +182,9 @@ def test_rdma_subnets_must_be_eight():
     )
 
 
-def test_public_range_rejected():
-    expect_error("networkRanges.gvnicSubnet", "8.8.8.0/24", "private", networkRanges={"gvnicSubnet": "8.8.8.0/24"})
+@pytest.mark.parametrize("cidr", ["8.8.8.0/24", "127.0.0.0/24", "169.254.0.0/24", "100.64.0.0/24"])
+def test_non_rfc1918_range_rejected(cidr: str):
+    expect_error("networkRanges.gvnicSubnet", cidr, "192.168.0.0/16", networkRanges={"gvnicSubnet": cidr})
 
 
 def test_lustre_peering_must_be_a_slash_20():
@@ -238,7 +239,12 @@ def test_unknown_image_needs_ray_version():
 
 def test_gke_version_below_the_gpu_minimum():
     expect_error("gkeVersion", "1.31", "1.32.2-gke.1422000", gkeVersion="1.31")
+    # The right minor but a patch below the B200 minimum.
+    expect_error("gkeVersion", "1.32.0-gke.1", "1.32.2-gke.1422000", gkeVersion="1.32.0-gke.1")
+    expect_error("gkeVersion", "latest", "full version", gkeVersion="latest")
     assert settings_with(gkeVersion="1.32").gke_minor == "1.32"
+    assert settings_with(gkeVersion="1.32.2-gke.1422000").gke_minor == "1.32"
+    assert settings_with(gkeVersion="1.33.5-gke.100").gke_version == "1.33.5-gke.100"
 
 
 def test_unknown_cpu_machine_type():

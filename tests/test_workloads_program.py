@@ -106,6 +106,8 @@ def test_lustre_volume(stack_run):
     assert pv["spec"]["accessModes"] == ["ReadWriteMany"]
     assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
     assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+    # Growing the instance resizes the volume; a claim on a static volume cannot be resized, so it is left alone.
+    assert run.one("kubernetes:core/v1:PersistentVolumeClaim").ignore_changes == ["spec.resources"]
     assert pvc["spec"]["resources"]["requests"] == {"storage": capacity}
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
     assert pv["spec"]["claimRef"] == {"name": pvc["metadata"]["name"], "namespace": "default"}

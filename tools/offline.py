@@ -12,7 +12,7 @@ import json
 import os
 import runpy
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +47,7 @@ class Registered:
     protect: bool
     ignore_changes: list[str]
     custom: bool
+    delete_before_replace: bool = False
 
 
 @dataclass
@@ -93,11 +94,20 @@ def _ca() -> str:
     return "TU9DSy1DQS1DRVJUSUZJQ0FURQ=="  # base64 of a placeholder, never a real certificate
 
 
+class MissingConfigError(Exception):
+    """What the CLI reports, before running the program, for a declared key without a default that is not set."""
+
+
 class CloudMocks(pulumi_mocks.Mocks):
     """Computes the outputs the real providers would, from the inputs, so that data flows as in `pulumi up`."""
 
-    def __init__(self, stack_outputs: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        stack_outputs: Mapping[str, Mapping[str, Any]] | None = None,
+        stack_secret_outputs: Mapping[str, Collection[str]] | None = None,
+    ) -> None:
         self.stack_outputs = stack_outputs or {}
+        self.stack_secret_outputs = stack_secret_outputs or {}
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         inputs = dict(args.inputs)
@@ -110,7 +120,8 @@ class CloudMocks(pulumi_mocks.Mocks):
             outputs = self.stack_outputs.get(ref)
             if outputs is None:
                 raise ValueError(f"no outputs mocked for stack {ref!r}")
-            return ref, {"name": ref, "outputs": dict(outputs), "secretOutputNames": ["kubeconfig"]}
+            secret_names = sorted(self.stack_secret_outputs.get(ref, ()))
+            return ref, {"name": ref, "outputs": dict(outputs), "secretOutputNames": secret_names}
         if typ == "gcp:compute/network:Network":
             state["selfLink"] = f"https://www.googleapis.com/compute/v1/projects/{project}/global/networks/{name}"
             return f"projects/{project}/global/networks/{name}", state
@@ -170,6 +181,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 protect=bool(request.protect),
                 ignore_changes=list(request.ignoreChanges),
                 custom=bool(request.custom),
+                delete_before_replace=bool(request.deleteBeforeReplace),
             )
         return response
 
@@ -269,14 +281,26 @@ def run_program(
     secrets: Mapping[str, str] | None = None,
     stack: str = "test",
     stack_outputs: Mapping[str, Mapping[str, Any]] | None = None,
+    stack_secret_outputs: Mapping[str, Collection[str]] | None = None,
+    enforce_required: bool = True,
 ) -> ProgramRun:
     """Run `project_dir/__main__.py` under mocks. `config` is namespaced (`project:key`); `secrets` are set as
-    secret config, as `pulumi config set --secret` would."""
-    project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())["name"]
+    secret config, as `pulumi config set --secret` would. `stack_outputs` answers StackReferences, with the names in
+    `stack_secret_outputs` marked secret. Like the CLI, a declared key without a default that the stack does not
+    set stops the run before the program starts (`enforce_required=False` skips that, to reach the program's own
+    check)."""
+    project_file = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
+    project = project_file["name"]
+    if enforce_required:
+        given = set(config) | set(secrets or {})
+        for key, declaration in (project_file.get("config") or {}).items():
+            full_key = key if ":" in key else f"{project}:{key}"
+            if isinstance(declaration, dict) and "default" not in declaration and full_key not in given:
+                raise MissingConfigError(f"Stack '{stack}' is missing configuration value '{key}'")
     # Pulumi's runtime drives its futures on the thread's event loop; code run before (asyncio.run, Ray's
     # client) may have closed or unset it.
     asyncio.set_event_loop(asyncio.new_event_loop())
-    mocks = CloudMocks(stack_outputs)
+    mocks = CloudMocks(stack_outputs, stack_secret_outputs)
     monitor = RecordingMonitor(mocks)
     pulumi.runtime.settings.ROOT.set(None)
     pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)

@@ -32,7 +32,14 @@ if str(ROOT) not in sys.path:  # `python tools/plan.py` puts tools/ first, not t
     sys.path.insert(0, str(ROOT))
 
 from tools import timeline  # noqa: E402
-from tools.offline import REDACTED, ProgramRun, Registered, load_stack_config, run_program  # noqa: E402
+from tools.offline import (  # noqa: E402
+    REDACTED,
+    MissingConfigError,
+    ProgramRun,
+    Registered,
+    load_stack_config,
+    run_program,
+)
 from tools.render import manifest, redact  # noqa: E402
 
 JOBS_DIR = ROOT / "jobs"
@@ -152,7 +159,13 @@ def run_plan(stack: str, infra_overrides: Sequence[str] = (), job_overrides: Seq
     job_project, job_config = load_stack_config(JOBS_DIR, stack)
     _apply_overrides(job_project, job_config, job_overrides)
     reference = str(job_config.get(f"{job_project}:infraStack") or "")
-    jobs = run_program(JOBS_DIR, job_config, stack=stack, stack_outputs={reference: infra.outputs} if reference else {})
+    jobs = run_program(
+        JOBS_DIR,
+        job_config,
+        stack=stack,
+        stack_outputs={reference: infra.outputs} if reference else {},
+        stack_secret_outputs={reference: infra.secret_outputs} if reference else {},
+    )
 
     progress(3, "timeline model")
     model = timeline.build([infra.resources, jobs.resources])
@@ -274,6 +287,8 @@ def key_properties(resource: Registered) -> dict[str, Any]:
         selected["protect"] = True
     if resource.ignore_changes:
         selected["ignoreChanges"] = sorted(resource.ignore_changes)
+    if resource.delete_before_replace:
+        selected["deleteBeforeReplace"] = True
     return _sorted(selected)
 
 
@@ -473,7 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PlanError as error:
         print(f"plan: {error}", file=sys.stderr)
         return EXIT_CONFIG
-    except pulumi.RunError as error:  # the programs' ConfigError: key, value and what is allowed
+    except (pulumi.RunError, MissingConfigError) as error:  # ConfigError names key, value and what is allowed
         print(f"plan: invalid config for stack {args.stack!r}: {error}", file=sys.stderr)
         return EXIT_CONFIG
     out_dir = Path(args.out) / args.stack

@@ -66,7 +66,12 @@ class LustreVolume(pulumi.ComponentResource):
                 access_modes=["ReadWriteMany"],
                 resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": capacity}),
             ),
-            # Binding can take a moment after the volume appears; the Ray pods wait for the claim anyway.
-            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(create="10m")),
+            # Binding can take a moment after the volume appears; the Ray pods wait for the claim anyway. A claim on
+            # a static volume cannot be resized: when the instance grows, the volume follows and the claim stays.
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                custom_timeouts=pulumi.CustomTimeouts(create="10m"),
+                ignore_changes=["spec.resources"],
+            ),
         )
         self.register_outputs({"pv": self.pv.metadata.name, "pvc": self.pvc.metadata.name})

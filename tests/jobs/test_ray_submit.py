@@ -134,10 +134,11 @@ def test_already_succeeded_id_is_not_run_again(ray_address: str, client: Any, tm
     assert "submitting job" not in second.stdout
     assert _last_line(second.stdout) == f"ray_submit: job {sid} SUCCEEDED"
     assert marker.read_text().splitlines() == ["ran"]
-    # Same id, another command: still nothing runs, and the user is told the old job is the one that counts.
+    # Same id, another command (a changed run under an old name): refused, nothing runs, nothing is reported as done.
     third = _run(_cmd(ray_address, sid, "sh", "-c", f"echo other >> {marker}"))
-    assert third.returncode == 0, third.stdout + third.stderr
-    assert "different entrypoint" in third.stdout
+    assert third.returncode == rs.EXIT_USAGE == 2, third.stdout + third.stderr
+    assert "already exists with a different command" in third.stdout
+    assert "SUCCEEDED" not in _last_line(third.stdout)
     assert marker.read_text().splitlines() == ["ran"]
     assert len(_jobs_with_id(client, sid)) == 1
 
