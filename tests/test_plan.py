@@ -324,7 +324,6 @@ def test_checkov_skip_list_is_the_reviewed_set_each_with_a_reason():
         "CKV_K8S_15",
         "CKV_K8S_23",
         "CKV_K8S_40",
-        "CKV2_K8S_6",
     }
     for skip in skips:
         assert len(skip.reason.split()) >= checkov_gate.MIN_REASON_WORDS, skip.check

@@ -43,6 +43,7 @@ def script_files() -> dict[str, str]:
 
 class PipelineJob(pulumi.ComponentResource):
     config_map: k8s.core.v1.ConfigMap
+    network_policy: k8s.networking.v1.NetworkPolicy
     job: k8s.batch.v1.Job
 
     def __init__(self, name: str, args: PipelineJobArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -67,6 +68,17 @@ class PipelineJob(pulumi.ComponentResource):
         )
         label_key, label_value = infra.submitter_label
         pod_labels = {**labels, label_key: label_value}
+        # The submitter only calls out (to the Ray head); nothing may connect to it.
+        self.network_policy = k8s.networking.v1.NetworkPolicy(
+            f"{name}-no-ingress",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=f"{job.run_name}-submitter-no-ingress", namespace=infra.namespace, labels=labels
+            ),
+            spec=k8s.networking.v1.NetworkPolicySpecArgs(
+                pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels), policy_types=["Ingress"]
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
         self.job = k8s.batch.v1.Job(
             name,
             metadata=k8s.meta.v1.ObjectMetaArgs(

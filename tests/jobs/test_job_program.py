@@ -341,6 +341,7 @@ def test_destroying_the_job_stack_touches_no_data(infra_outputs):
     assert owned == [
         "kubernetes:batch/v1:Job",
         "kubernetes:core/v1:ConfigMap",
+        "kubernetes:networking.k8s.io/v1:NetworkPolicy",
         "pulumi:providers:kubernetes",
         "pulumi:pulumi:StackReference",
     ]
@@ -367,3 +368,12 @@ def test_the_pipeline_waits_for_every_gpu_worker_first(infra_outputs):
     assert {"--nodes=2", "--gpus-per-node=8", "--timeout-s=5400"} <= set(words)
     with pytest.raises(ConfigError, match="waitForWorkersMinutes"):
         job_with(infra, waitForWorkersMinutes=0)
+
+
+def test_nothing_may_connect_to_the_submitter(infra_outputs):
+    run = run_jobs("h200", infra_outputs)
+    policy = run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy").inputs["spec"]
+    pod_labels = run.one("kubernetes:batch/v1:Job").inputs["spec"]["template"]["metadata"]["labels"]
+    selector = policy["podSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()  # it selects the submitter pods ...
+    assert policy["policyTypes"] == ["Ingress"] and not policy.get("ingress")  # ... and admits nothing
