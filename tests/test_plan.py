@@ -78,7 +78,7 @@ def test_one_manifest_per_kubernetes_object_in_a_stable_order(rendered: Rendered
     assert len(files) == len(objects)
     kinds = [obj["kind"] for _, obj in files]
     for kind, count in {
-        "NetworkPolicy": 1,
+        "NetworkPolicy": 2,  # the Ray head's, and the submitter's no-ingress one
         "ServiceAccount": 1,
         "Secret": 1,
         "ConfigMap": 2,
