@@ -13,8 +13,6 @@ import pulumi
 from infra.presets import CPU_MACHINES, GPU_PRESETS, CpuMachine, GpuPreset
 from infra.sizing import allocatable_cpu, allocatable_memory_bytes, cpu_cores, memory_bytes
 
-PROJECT = "nemo-rl-gke"
-
 GPU_PROVISIONING_MODES = ("reservation", "spot", "flexStart")
 # Lustre throughput tiers (MB/s per TiB) -> (minimum, step, step-change point, step above it, maximum) GiB.
 LUSTRE_TIERS: dict[int, tuple[int, int, int, int, int]] = {

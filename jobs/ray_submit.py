@@ -102,20 +102,37 @@ class UsageError(Exception):
     """Bad command line; exit code 2."""
 
 
-class ConflictError(Exception):
+class EndedError(Exception):
+    """The run ends without a job outcome: `exit_code` and `final` (the last line, after the job's id) say how."""
+
+    exit_code = EXIT_FAILED
+    final = ""
+
+
+class ConflictError(EndedError):
     """The submission id belongs to a job with another command; exit code 2, like a usage error."""
 
+    exit_code = EXIT_USAGE
+    final = ": not run (the id is taken by another command)"
 
-class UnreachableError(Exception):
+
+class UnreachableError(EndedError):
     """The Ray Jobs API did not answer for longer than the connect timeout; exit code 4."""
 
+    exit_code = EXIT_UNREACHABLE
+    final = ": Ray unreachable at {address}"
 
-class RejectedError(Exception):
+
+class RejectedError(EndedError):
     """Ray refused the submission for a reason other than a duplicate id; exit code 1."""
 
+    final = " FAILED (not accepted)"
 
-class VanishedError(Exception):
+
+class VanishedError(EndedError):
     """The job we were waiting for no longer exists on the cluster; exit code 1."""
+
+    final = " FAILED (vanished)"
 
 
 class Output:
@@ -541,7 +558,7 @@ def install_signal_handlers(out: Output, submission_id: str) -> None:
                 "--submission-id to re-attach, or `ray job stop` it)"
             )
         finally:
-            os._exit(128 + signum)
+            os._exit(EXIT_SIGTERM if signum == signal.SIGTERM else EXIT_SIGINT)
 
     signal.signal(signal.SIGTERM, leave)
     signal.signal(signal.SIGINT, leave)
@@ -558,22 +575,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return run(args, entrypoint, runtime_env, out)
-    except ConflictError as exc:
+    except EndedError as exc:
         out.say(f"{exc}")
-        out.say(f"job {args.submission_id}: not run (the id is taken by another command)")
-        return EXIT_USAGE
-    except UnreachableError as exc:
-        out.say(f"{exc}")
-        out.say(f"job {args.submission_id}: Ray unreachable at {args.address}")
-        return EXIT_UNREACHABLE
-    except RejectedError as exc:
-        out.say(f"{exc}")
-        out.say(f"job {args.submission_id} FAILED (not accepted)")
-        return EXIT_FAILED
-    except VanishedError as exc:
-        out.say(f"{exc}")
-        out.say(f"job {args.submission_id} FAILED (vanished)")
-        return EXIT_FAILED
+        out.say(f"job {args.submission_id}" + exc.final.format(address=args.address))
+        return exc.exit_code
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import runpy
 import sys
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,6 @@ class ProgramRun:
     resources: list[Registered]
     outputs: dict[str, Any]
     secret_outputs: set[str]
-    logs: list[str] = field(default_factory=list)
 
     def of_type(self, type_: str) -> list[Registered]:
         return [r for r in self.resources if r.type == type_]

@@ -19,7 +19,6 @@ class RayHeadPolicyArgs:
     ray_cluster: str
     dashboard_port: int
     client_port: int
-    gcs_port: int
     metrics_port: int
 
 

@@ -18,7 +18,6 @@ from workloads.nics import extra_nics
 from workloads.ray_values import (
     CLIENT_PORT,
     DASHBOARD_PORT,
-    GCS_PORT,
     LUSTRE_MOUNT_PATH,
     METRICS_PORT,
     RayClusterRefs,
@@ -144,7 +143,6 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
             ray_cluster=refs.cluster_name,
             dashboard_port=DASHBOARD_PORT,
             client_port=CLIENT_PORT,
-            gcs_port=GCS_PORT,
             metrics_port=METRICS_PORT,
         ),
         opts=provider,

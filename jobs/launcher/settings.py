@@ -9,7 +9,6 @@ from typing import Any
 
 import pulumi
 
-PROJECT = "nemo-rl-jobs"
 # A Kubernetes name that also suits a Ray submission id; suffixes of up to 16 characters are added to it.
 _RUN_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
 _OVERRIDE_RE = re.compile(r"^[+~]{0,2}[A-Za-z_][A-Za-z0-9_.\-]*=.*$")
@@ -31,7 +30,6 @@ class InfraOutputs:
 
     namespace: str
     ray_address: str
-    ray_cluster_name: str
     pvc_name: str
     mount_path: str
     secret_keys: tuple[str, ...]
@@ -133,7 +131,6 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
     return InfraOutputs(
         namespace=need("namespace", str),
         ray_address=address,
-        ray_cluster_name=need("rayClusterName", str),
         pvc_name=need("lustrePvcName", str),
         mount_path=need("lustreMountPath", str).rstrip("/"),
         secret_keys=tuple(str(k) for k in keys),
