@@ -78,8 +78,11 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
         "+data.output_key=output",
     ]
     if "WANDB_API_KEY" in infra.secret_keys:
-        overrides += ["logger.wandb_enabled=True", f"logger.wandb.name={job.run_name}"]
-        overrides.append("logger.tensorboard_enabled=False")
+        overrides += [
+            "logger.wandb_enabled=True",
+            f"logger.wandb.name={job.run_name}",
+            "logger.tensorboard_enabled=False",
+        ]
     else:  # no W&B: TensorBoard event files under the log dir, so every run leaves its metrics somewhere
         overrides += ["logger.wandb_enabled=False", "logger.tensorboard_enabled=True"]
     return overrides + list(job.extra_overrides)

@@ -84,9 +84,9 @@ class JobSettings:
 
     @property
     def train_global_batch_size(self) -> int:
-        """Samples per GRPO step, all trained on in one optimizer step: NeMo RL's trainer makes
-        samples // train_global_batch_size optimizer steps, so a larger batch would never train and a smaller
-        one would split the step."""
+        """Samples per GRPO step, all trained on in one optimizer step. NeMo RL's trainer makes
+        samples // train_global_batch_size optimizer steps: with a larger batch none runs (an UnboundLocalError),
+        with a smaller one the step is split, or refused when the batch does not divide the samples."""
         return self.num_prompts_per_step * self.num_generations_per_prompt
 
 

@@ -50,7 +50,8 @@ WITH_WANDB = ("HF_TOKEN", "WANDB_API_KEY")
 
 # (stack, job config changes, infra secret keys or None for the stack's own): each stack's default run, then
 # variants that move what the pipeline derives (batch size, colocation, parallelism, logging).
-CASES = [
+Case = tuple[str, dict[str, Any], tuple[str, ...] | None]
+CASES: list[Case] = [
     ("dev", {}, None),
     ("h200", {}, None),
     ("b200", {}, None),
@@ -80,7 +81,12 @@ def training_data_parallel_size(config: dict[str, Any]) -> int:
     return nodes * cluster["gpus_per_node"] // model_parallel
 
 
-@pytest.mark.parametrize(("stack", "changes", "secret_keys"), CASES)
+def case_id(case: Case) -> str:
+    stack, changes, secret_keys = case
+    return "-".join([stack, *(f"{k}={v}" for k, v in changes.items()), "wandb" if secret_keys else "tensorboard"])
+
+
+@pytest.mark.parametrize(("stack", "changes", "secret_keys"), CASES, ids=[case_id(c) for c in CASES])
 def test_the_train_step_resolves_with_nemo_rls_loader(infra, stack, changes, secret_keys):
     net = infra[stack] if secret_keys is None else replace(infra[stack], secret_keys=secret_keys)
     job = build_job_settings(stack_values(stack, **changes), net)
