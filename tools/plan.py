@@ -70,6 +70,7 @@ KEY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
     "gcp:compute/firewall:Firewall": ("name", "direction", "sourceRanges"),
     "gcp:compute/globalAddress:GlobalAddress": ("name", "purpose", "address", "prefixLength"),
     "gcp:servicenetworking/connection:Connection": ("service", "reservedPeeringRanges"),
+    "gcp:projects/service:Service": ("service", "disableOnDestroy"),
     "gcp:serviceaccount/account:Account": ("accountId",),
     "gcp:projects/iAMMember:IAMMember": ("role", "member"),
     "gcp:serviceaccount/iAMMember:IAMMember": ("role", "member"),
@@ -81,6 +82,7 @@ KEY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
         "datapathProvider",
         "enableMultiNetworking",
         "deletionProtection",
+        "maintenancePolicy",
     ),
     "gcp:container/nodePool:NodePool": (
         "name",
@@ -90,6 +92,8 @@ KEY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
         "nodeConfig.flexStart",
         "nodeConfig.spot",
         "nodeConfig.reservationAffinity",
+        "nodeConfig.maxRunDuration",
+        "management",
         "autoscaling",
     ),
     "gcp:lustre/instance:Instance": (
