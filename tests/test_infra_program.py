@@ -442,7 +442,8 @@ def test_stack_values_have_the_declared_types(project_dir: Path):
     for key, declaration in project["config"].items():
         if "default" in declaration:
             assert isinstance(declaration["default"], python_types[declaration["type"]]), f"default of {key}"
-    for stack_file in sorted(project_dir.glob("Pulumi.*.yaml")):
+    for stack in INFRA_STACKS:  # a user's stack may hold `secure:` values: not ours to judge
+        stack_file = project_dir / f"Pulumi.{stack}.yaml"
         for key, value in (yaml.safe_load(stack_file.read_text())["config"] or {}).items():
             if key in declared:
                 wanted = declared[key]
