@@ -20,6 +20,21 @@ REQUIRED_APIS: dict[str, str] = {
 }
 
 
+# What the person (or CI identity) running `pulumi up` needs on the project: Owner, or exactly these. Editor is not
+# enough: it cannot grant project roles, and private services access needs compute.networkAdmin's peering rights.
+DEPLOYER_ROLES: dict[str, str] = {
+    "roles/serviceusage.serviceUsageAdmin": "enable the APIs above",
+    "roles/compute.networkAdmin": "VPCs, subnets, the peering range, private services access",
+    "roles/compute.securityAdmin": "the gVNIC and Lustre firewall rules",
+    "roles/servicenetworking.networksAdmin": "the Service Networking peering",
+    "roles/container.admin": "the cluster, node pools and every Kubernetes object",
+    "roles/lustre.admin": "the Managed Lustre instance",
+    "roles/iam.serviceAccountAdmin": "the node and Ray service accounts, the Workload Identity binding",
+    "roles/iam.serviceAccountUser": "run nodes as the node service account",
+    "roles/resourcemanager.projectIamAdmin": "grant the service accounts their project roles",
+}
+
+
 @dataclass(frozen=True)
 class ProjectServicesArgs:
     project: str

@@ -248,6 +248,17 @@ def test_a_new_project_gets_its_apis_enabled_first(stack_run):
     # Waiting for APIs joins nothing: Lustre still builds beside the cluster (test_lustre_builds_beside_the_cluster).
 
 
+def test_readme_lists_every_api_and_the_deployers_roles():
+    from infra.services import DEPLOYER_ROLES, REQUIRED_APIS
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### 2. What a new project needs") : readme.index("### 3.")]
+    for name in [*REQUIRED_APIS, *DEPLOYER_ROLES]:
+        assert f"`{name}`" in section, name
+    assert "roles/compute.networkAdmin" in DEPLOYER_ROLES  # private services access: what Editor lacks
+    assert "Owner" in section and "Editor is not enough" in section
+
+
 def test_unknown_config_keys_stop_the_program_before_anything(run_infra: RunInfra):
     with pytest.raises(ConfigError, match=r"'nemo-rl-gke:gpuNode'.*'gpuNodes'"):
         run_infra("dev", {"gpuNode": 3})

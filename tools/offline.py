@@ -258,18 +258,18 @@ def set_config_path(project: str, config: dict[str, Any], path: str, value: Any)
         config[full] = value
         return
     node = config.setdefault(full, {} if isinstance(parts[1], str) else [])
-    for part, following in itertools.pairwise(parts[1:]):
+    for step, following in itertools.pairwise(parts[1:]):
         fresh: Any = {} if isinstance(following, str) else []
-        if isinstance(part, int):
-            while len(node) <= part:
-                node.append(fresh)
-            node = node[part]
+        if isinstance(step, int):
+            node.extend([None] * (step + 1 - len(node)))
+            if node[step] is None:
+                node[step] = fresh
+            node = node[step]
         else:
-            node = node.setdefault(part, fresh)
+            node = node.setdefault(step, fresh)
     last = parts[-1]
     if isinstance(last, int):
-        while len(node) <= last:
-            node.append(None)
+        node.extend([None] * (last + 1 - len(node)))
     node[last] = value
 
 
