@@ -155,6 +155,12 @@ def _network(key: str, value: Any) -> ipaddress.IPv4Network:
     return network
 
 
+def _refuse_unknown_fields(key: str, raw: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    """A field of an object key (as `pulumi config set --path KEY.FIELD` writes it) that nothing reads."""
+    for field in sorted(set(raw) - set(known)):
+        raise UnknownKeyError(f"{key}.{field}", f"{_closest(field, known)} ({key} has {', '.join(known)})")
+
+
 def validate_lustre_capacity(key: str, capacity: int, tier: int) -> None:
     """Managed Lustre sells capacity in tier-specific steps; anything else is rejected by the API."""
     minimum, step, step_change, step_above, maximum = LUSTRE_TIERS[tier]
@@ -173,11 +179,7 @@ def _lustre(raw: Any) -> LustreSettings:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ConfigError("lustre", raw, "an object with capacityGib, perUnitStorageThroughput, filesystem")
-    unknown = set(raw) - {"capacityGib", "perUnitStorageThroughput", "filesystem"}
-    if unknown:
-        raise ConfigError(
-            f"lustre.{sorted(unknown)[0]}", raw[sorted(unknown)[0]], "capacityGib, perUnitStorageThroughput, filesystem"
-        )
+    _refuse_unknown_fields("lustre", raw, ("capacityGib", "perUnitStorageThroughput", "filesystem"))
     tier = _as_int("lustre.perUnitStorageThroughput", raw.get("perUnitStorageThroughput", 500))
     if tier not in LUSTRE_TIERS:
         raise ConfigError("lustre.perUnitStorageThroughput", tier, f"one of {sorted(LUSTRE_TIERS)} MB/s per TiB")
@@ -203,10 +205,7 @@ def _ranges(raw: Any) -> NetworkRanges:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ConfigError("networkRanges", raw, f"an object with keys {sorted([*_RANGE_KEYS, 'rdmaSubnets'])}")
-    unknown = set(raw) - {*_RANGE_KEYS, "rdmaSubnets"}
-    if unknown:
-        name = sorted(unknown)[0]
-        raise ConfigError(f"networkRanges.{name}", raw[name], f"keys {sorted([*_RANGE_KEYS, 'rdmaSubnets'])}")
+    _refuse_unknown_fields("networkRanges", raw, (*_RANGE_KEYS, "rdmaSubnets"))
     named = {name: str(raw.get(name, default)) for name, default in _RANGE_KEYS.items()}
     rdma = raw.get("rdmaSubnets", list(DEFAULT_RDMA_RANGES))
     if not isinstance(rdma, list) or len(rdma) != 8:
@@ -238,8 +237,9 @@ def _ranges(raw: Any) -> NetworkRanges:
 def _pod_resources(key: str, raw: Any, default: PodResources) -> PodResources:
     if raw is None:
         return default
-    if not isinstance(raw, Mapping) or set(raw) - {"cpu", "memory"}:
+    if not isinstance(raw, Mapping):
         raise ConfigError(key, raw, "an object with keys cpu and memory, e.g. {cpu: 64, memory: 500G}")
+    _refuse_unknown_fields(key, raw, ("cpu", "memory"))
     cpu, memory = str(raw.get("cpu", default.cpu)), str(raw.get("memory", default.memory))
     try:
         if cpu_cores(cpu) <= 0:

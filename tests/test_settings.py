@@ -159,8 +159,10 @@ def test_lustre_bad_filesystem(filesystem: str):
     expect_error("lustre.filesystem", repr(filesystem), "1 to 8 letters or digits", lustre={"filesystem": filesystem})
 
 
-def test_lustre_unknown_key():
-    expect_error("lustre.capacity", "18000", "capacityGib", lustre={"capacity": 18000})
+def test_unknown_fields_of_objects_name_the_closest_one():
+    expect_error("lustre.capacity", "not a key", "did you mean 'capacityGib'", lustre={"capacity": 18000})
+    expect_error("networkRanges.pod", "not a key", "did you mean 'pods'", networkRanges={"pod": "10.16.0.0/14"})
+    expect_error("rayHead.memmory", "not a key", "did you mean 'memory'", rayHead={"cpu": "8", "memmory": "64G"})
 
 
 def test_overlapping_ranges():
