@@ -70,7 +70,7 @@ def below_floor(version: str, floor: VersionFloor) -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 # Flex-start node pools
 
-# Cluster Toolkit's longest flex-start run; GKE docs (dws-flex-start-training): flex-start VMs run up to 7 days.
+# GKE docs (dws-flex-start-training): a flex-start VM runs at most 7 days; max_run_duration can only shorten that.
 FLEX_START_MAX_RUN_HOURS = 7 * 24
 
 

@@ -55,7 +55,8 @@ def pool_management(provisioning: str) -> gcp.container.NodePoolManagementArgs:
 def check_flex_start(
     config: dict[str, object], management: gcp.container.NodePoolManagementArgs, min_nodes: int
 ) -> None:
-    """Google's flex-start preconditions, checked on exactly what is about to be registered."""
+    """Google's flex-start preconditions, checked on exactly what is about to be registered. Settings cannot ask
+    for a pool that breaks them; this guards the code above, as Cluster Toolkit's preconditions guard its module."""
     affinity = config.get("reservation_affinity")
     problems = flex_start_violations(
         flex_start=bool(config.get("flex_start")),

@@ -291,13 +291,14 @@ def _gke_version(value: Any, preset: GpuPreset, provisioning: str) -> str:
     (gke_rules: the GPU's RDMA floor, the Lustre CSI driver's, flex-start's)."""
     version = str(value)
     if gke_rules.parse_gke_version(version) is None:
+        example = gke_rules.DEFAULT_GKE_VERSION
         raise ConfigError(
-            "gkeVersion", version, f"a GKE minor such as {gke_rules.DEFAULT_GKE_VERSION}, or a full version such as "
-            "1.35.8-gke.1036000",
-        )  # fmt: skip
-    floors = gke_rules.version_floors(
-        gke_rules.VersionFloor(preset.min_gke_version, f"GPUDirect RDMA on {preset.gpu_type}", "presets"), provisioning
+            "gkeVersion", version, f"a GKE minor such as {example}, or a full version such as {example}.8-gke.1036000"
+        )
+    rdma = gke_rules.VersionFloor(
+        preset.min_gke_version, f"GPUDirect RDMA on {preset.gpu_type}", "GKE docs: gpu-bandwidth-gpudirect-rdma"
     )
+    floors = gke_rules.version_floors(rdma, provisioning)
     for floor in sorted(floors, key=lambda f: gke_rules.parse_gke_version(f.version) or (), reverse=True):
         if gke_rules.below_floor(version, floor):
             raise ConfigError(

@@ -26,6 +26,14 @@ class ConfigError(pulumi.RunError):
         super().__init__(f"config '{key}' {shown}: {allowed}")
 
 
+class UnknownKeyError(ConfigError):
+    """A config key the program does not read: it would be ignored without a word."""
+
+    def __init__(self, key: str, hint: str) -> None:
+        self.key, self.value, self.allowed = key, None, hint
+        pulumi.RunError.__init__(self, f"config '{key}' is not a key this program reads: {hint}")
+
+
 @dataclass(frozen=True)
 class InfraOutputs:
     """What the job stack needs from the infra stack's outputs (kubeconfig stays a secret Output)."""
@@ -260,9 +268,9 @@ def check_keys(project: str, keys: Iterable[str]) -> None:
         if namespace == project and key not in known:
             match = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
             hint = f"did you mean '{match[0]}'?" if match else "see the job stack's table in README.md"
-            raise ConfigError(full_key, key, f"not a key this program reads; {hint}")
+            raise UnknownKeyError(full_key, hint)
         if namespace != project and difflib.get_close_matches(namespace, [project]):
-            raise ConfigError(full_key, key, f"not a namespace this program reads; did you mean '{project}:{key}'?")
+            raise UnknownKeyError(full_key, f"its namespace is not {project!r}; did you mean '{project}:{key}'?")
 
 
 def read_config() -> dict[str, Any]:
