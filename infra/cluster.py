@@ -176,7 +176,8 @@ class GkeCluster(pulumi.ComponentResource):
             deletion_protection=args.deletion_protection,
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=args.services.needed_by("container"),
+                # GKE turns on system logging and monitoring at creation: those APIs must be on too.
+                depends_on=args.services.needed_by("container", "logging", "monitoring"),
                 ignore_changes=["nodeConfig", "initialNodeCount"],
             ),
         )

@@ -16,7 +16,8 @@ REQUIRED_APIS: dict[str, str] = {
     "servicenetworking.googleapis.com": "private services access: the peering Lustre is reached through",
     "iam.googleapis.com": "the node and Ray service accounts, Workload Identity binding",
     "cloudresourcemanager.googleapis.com": "project-level role grants",
-    "logging.googleapis.com": "node and Ray logs (Fluent Bit ships to Cloud Logging)",
+    "logging.googleapis.com": "the cluster's system logs; Ray logs (Fluent Bit ships to Cloud Logging)",
+    "monitoring.googleapis.com": "the cluster's system metrics; Managed Prometheus scrapes the Ray head",
 }
 
 

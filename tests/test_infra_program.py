@@ -228,7 +228,7 @@ API_WAITS = {
     "gcp:compute/globalAddress:GlobalAddress": {"compute"},
     "gcp:servicenetworking/connection:Connection": {"servicenetworking"},
     LUSTRE: {"lustre"},
-    CLUSTER: {"container"},
+    CLUSTER: {"container", "logging", "monitoring"},
     NODE_POOL: {"container"},
     "gcp:serviceaccount/account:Account": {"iam"},
     "gcp:projects/iAMMember:IAMMember": {"cloudresourcemanager"},
@@ -238,7 +238,9 @@ API_WAITS = {
 def test_a_new_project_gets_its_apis_enabled_first(stack_run):
     _, run = stack_run
     services = {r.inputs["service"].split(".")[0]: r for r in run.of_type("gcp:projects/service:Service")}
-    assert set(services) >= {"compute", "container", "lustre", "servicenetworking", "iam", "cloudresourcemanager"}
+    assert set(services) == {
+        "compute", "container", "lustre", "servicenetworking", "iam", "cloudresourcemanager", "logging", "monitoring"
+    }  # fmt: skip
     for service in services.values():
         assert service.inputs["disableOnDestroy"] is False  # never switch an API off under the rest of the project
     for type_, apis in API_WAITS.items():
