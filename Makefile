@@ -7,14 +7,25 @@ CHECKOV_VENV := .venv-checkov
 # NeMo RL's config loader (omegaconf, hydra-core at the versions NeMo RL locks) clashes with the project's pins too.
 NEMORL_VENV := .venv-nemorl
 STACK ?= dev
-# Every stack with both an infra and a job stack file (Pulumi.<stack>.yaml and jobs/Pulumi.<stack>.yaml).
-STACKS := $(sort $(filter $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml)),$(patsubst jobs/Pulumi.%.yaml,%,$(wildcard jobs/Pulumi.*.yaml))))
+# Where torch comes from: PyTorch's CPU-only index, so `make test` never pulls the multi-GB CUDA build PyPI serves on
+# Linux. Set it empty (TORCH_INDEX=) where pip already finds a CPU wheel, as on a machine with a local wheel cache.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# The shipped example stacks (tools/plan.py EXAMPLE_STACKS): checkov and the golden plans cover these only, so a
+# user's own stack file never breaks `make test`; `make plan STACK=<yours>` renders any stack.
+STACKS := dev h200 b200
 
 .PHONY: test lint typecheck unit checkov plan golden clean
 
-$(BIN)/.installed: requirements.txt requirements-dev.txt constraints.txt
-	$(PYTHON) -m venv $(VENV)
+# Two layers in one virtualenv (Pulumi.yaml runs the programs in .venv): `make plan` needs only the runtime set,
+# `make test` adds the test tools, then torch.
+$(BIN)/.runtime: requirements.txt constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+$(BIN)/.installed: $(BIN)/.runtime requirements-dev.txt requirements-torch.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) -r requirements-torch.txt
 	touch $@
 
 $(CHECKOV_VENV)/.installed: requirements-checkov.txt
@@ -48,7 +59,7 @@ test: lint typecheck unit checkov
 # Both programs under mocks for one stack: build/$(STACK)/ (manifests, Helm values, pipeline, resource tree,
 # outputs, timeline) and a summary. Exit 2, with the reason, on an unknown stack or invalid config. WANDB=off renders
 # the run of a user without a W&B key (TensorBoard on Lustre instead).
-plan: $(BIN)/.installed
+plan: $(BIN)/.runtime
 	$(BIN)/python tools/plan.py --stack $(STACK) $(if $(filter off,$(WANDB)),--no-wandb)
 
 # Refresh the checked-in plans the tests compare with; review the diff (git diff tests/golden) before committing.

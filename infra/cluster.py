@@ -9,8 +9,10 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from infra.gke_rules import MAINTENANCE_EXCLUSION_START
 from infra.iam import grant_project_roles
 from infra.network import POD_RANGE_NAME, SERVICE_RANGE_NAME, Networks
+from infra.services import ProjectServices
 
 # What a node needs and nothing more: write logs and metrics, read its own metadata, pull images.
 NODE_ROLES = (
@@ -42,6 +44,9 @@ class ClusterArgs:
     cpu_min_nodes: int
     cpu_max_nodes: int
     networks: Networks
+    services: ProjectServices
+    maintenance_window_start: str  # HH:MM, UTC
+    maintenance_exclusion: str | None  # an exclusion scope, until the end of the minor's support
 
 
 def build_kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
@@ -71,6 +76,29 @@ def build_kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
     return json.dumps(config, indent=2)
 
 
+def maintenance_policy(window_start: str, exclusion: str | None) -> gcp.container.ClusterMaintenancePolicyArgs:
+    """A daily window for what GKE must still do, and (by default) an exclusion that keeps GKE from upgrading or
+    recreating nodes until the minor version's end of support, so no Ray worker is drained mid-run (Cluster Toolkit's
+    gke-a3-ultragpu and gke-a4 blueprints do the same). Upgrade nodes yourself between runs."""
+    exclusions = []
+    if exclusion:
+        exclusions.append(
+            gcp.container.ClusterMaintenancePolicyMaintenanceExclusionArgs(
+                exclusion_name="no-node-upgrades-during-training",
+                start_time=MAINTENANCE_EXCLUSION_START,
+                exclusion_options=gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
+                    scope=exclusion, end_time_behavior="UNTIL_END_OF_SUPPORT"
+                ),
+            )
+        )
+    return gcp.container.ClusterMaintenancePolicyArgs(
+        daily_maintenance_window=gcp.container.ClusterMaintenancePolicyDailyMaintenanceWindowArgs(
+            start_time=window_start
+        ),
+        maintenance_exclusions=exclusions or None,
+    )
+
+
 class GkeCluster(pulumi.ComponentResource):
     """Regional GKE Standard cluster with Workload Identity, Dataplane V2, multi-networking, the RayOperator
     and Lustre CSI add-ons, a least-privilege node service account and a CPU pool for system pods and Ray's head."""
@@ -91,10 +119,15 @@ class GkeCluster(pulumi.ComponentResource):
             account_id=f"{args.name}-nodes",
             display_name=f"GKE nodes of {args.name}",
             project=args.project,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.services.needed_by("iam")),
         )
         self.node_roles = grant_project_roles(
-            f"{name}-nodes", args.project, self.node_service_account.member, NODE_ROLES, parent=self
+            f"{name}-nodes",
+            args.project,
+            self.node_service_account.member,
+            NODE_ROLES,
+            parent=self,
+            apis=args.services.needed_by("cloudresourcemanager"),
         )
 
         self.cluster = gcp.container.Cluster(
@@ -133,6 +166,7 @@ class GkeCluster(pulumi.ComponentResource):
             ),
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
             min_master_version=args.gke_version,
+            maintenance_policy=maintenance_policy(args.maintenance_window_start, args.maintenance_exclusion),
             # Node pools are managed below; the default pool only exists while the cluster is created.
             remove_default_node_pool=True,
             initial_node_count=1,
@@ -140,7 +174,12 @@ class GkeCluster(pulumi.ComponentResource):
                 service_account=self.node_service_account.email, oauth_scopes=[CLOUD_PLATFORM_SCOPE]
             ),
             deletion_protection=args.deletion_protection,
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["nodeConfig", "initialNodeCount"]),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                # GKE turns on system logging and monitoring at creation: those APIs must be on too.
+                depends_on=args.services.needed_by("container", "logging", "monitoring"),
+                ignore_changes=["nodeConfig", "initialNodeCount"],
+            ),
         )
 
         self.cpu_pool = gcp.container.NodePool(

@@ -8,6 +8,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from infra.cluster import AUTOSCALED_FIELDS, CLOUD_PLATFORM_SCOPE, GkeCluster
+from infra.gke_rules import flex_start_violations
 from infra.network import Networks
 from infra.presets import GpuPreset
 
@@ -26,6 +27,7 @@ class GpuNodePoolArgs:
     reservation: str | None
     cluster: GkeCluster
     networks: Networks
+    max_run_hours: int | None = None  # flex-start only: GKE deletes a node this long after it starts
 
 
 def provisioning_config(provisioning: str, reservation: str | None) -> dict[str, object]:
@@ -42,6 +44,29 @@ def provisioning_config(provisioning: str, reservation: str | None) -> dict[str,
     if provisioning == "flexStart":
         return {"flex_start": True, "reservation_affinity": no_reservation}
     raise ValueError(f"unknown GPU provisioning mode {provisioning!r}")
+
+
+def pool_management(provisioning: str) -> gcp.container.NodePoolManagementArgs:
+    """Auto-upgrade stays on (release channels require it; the cluster's maintenance exclusion holds node upgrades
+    back). Auto-repair is on, except for flex-start, which GKE refuses with it (see gke_rules)."""
+    return gcp.container.NodePoolManagementArgs(auto_repair=provisioning != "flexStart", auto_upgrade=True)
+
+
+def check_flex_start(
+    config: dict[str, object], management: gcp.container.NodePoolManagementArgs, min_nodes: int
+) -> None:
+    """Google's flex-start preconditions, checked on exactly what is about to be registered. Settings cannot ask
+    for a pool that breaks them; this guards the code above, as Cluster Toolkit's preconditions guard its module."""
+    affinity = config.get("reservation_affinity")
+    problems = flex_start_violations(
+        flex_start=bool(config.get("flex_start")),
+        spot=bool(config.get("spot")),
+        auto_repair=bool(management.auto_repair),
+        reservation_type=str(getattr(affinity, "consume_reservation_type", "")),
+        min_nodes=min_nodes,
+    )
+    if problems:
+        raise ValueError(f"flex-start pool breaks GKE's preconditions: {'; '.join(problems)}")
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -65,6 +90,13 @@ class GpuNodePool(pulumi.ComponentResource):
             for subnet in networks.rdma_subnets
         ]
 
+        min_nodes = 0
+        provisioning = provisioning_config(args.provisioning, args.reservation)
+        if args.max_run_hours:
+            provisioning["max_run_duration"] = f"{args.max_run_hours * 3600}s"
+        management = pool_management(args.provisioning)
+        check_flex_start(provisioning, management, min_nodes)
+
         self.pool = gcp.container.NodePool(
             name,
             name=GPU_POOL_NAME,
@@ -74,12 +106,12 @@ class GpuNodePool(pulumi.ComponentResource):
             node_locations=[args.zone],
             initial_node_count=0,
             autoscaling=gcp.container.NodePoolAutoscalingArgs(
-                total_min_node_count=0,
+                total_min_node_count=min_nodes,
                 total_max_node_count=args.max_nodes,
                 # ANY takes whatever capacity exists (and is what flex-start requires).
                 location_policy="ANY",
             ),
-            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            management=management,
             # Reserved capacity has no room for a surge node: upgrade one node at a time in place.
             upgrade_settings=gcp.container.NodePoolUpgradeSettingsArgs(max_surge=0, max_unavailable=1),
             network_config=gcp.container.NodePoolNetworkConfigArgs(additional_node_network_configs=additional_networks),
@@ -102,7 +134,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA"
                 ),
-                **provisioning_config(args.provisioning, args.reservation),  # type: ignore[arg-type]
+                **provisioning,  # type: ignore[arg-type]
             ),
             opts=pulumi.ResourceOptions(
                 parent=self,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from infra.services import ProjectServices
 from infra.settings import LustreSettings
 
 
@@ -20,6 +21,7 @@ class LustreArgs:
     peering_range: str  # a /20 for private services access
     network_id: pulumi.Input[str]  # the cluster VPC, as projects/{p}/global/networks/{n}
     protect: bool
+    services: ProjectServices
 
 
 def lustre_ip(mount_point: str) -> str:
@@ -35,7 +37,8 @@ class ManagedLustre(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: LustreArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("nemo-rl-gke:infra:ManagedLustre", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        services = args.services
+        child = pulumi.ResourceOptions(parent=self, depends_on=services.needed_by("compute"))
         peering = ipaddress.ip_network(args.peering_range)
 
         self.peering_range = gcp.compute.GlobalAddress(
@@ -57,7 +60,7 @@ class ManagedLustre(pulumi.ComponentResource):
             service="servicenetworking.googleapis.com",
             reserved_peering_ranges=[self.peering_range.name],
             deletion_policy="REMOVE_PEERING",
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=services.needed_by("servicenetworking")),
         )
         # Lustre servers open connections to their clients too (lock callbacks, recovery): admit the peering
         # range on the Lustre ports, 988 and the legacy 6988 the GKE driver uses. Nothing else, nowhere else.
@@ -82,7 +85,9 @@ class ManagedLustre(pulumi.ComponentResource):
             filesystem=args.settings.filesystem,
             gke_support_enabled=True,
             # The instance can only be created once the peering exists; nothing carries that as data.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.peering], protect=args.protect),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.peering, *services.needed_by("lustre")], protect=args.protect
+            ),
         )
         self.ip = self.instance.mount_point.apply(lustre_ip)
 

@@ -7,14 +7,15 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from infra.gke_rules import GVNIC_MTU
+from infra.services import ProjectServices
 from infra.settings import NetworkRanges
 
 POD_RANGE_NAME = "pods"
 SERVICE_RANGE_NAME = "services"
 RDMA_MTU = 8896
-# Jumbo frames elsewhere too: GKE's A3 Ultra/A4 setup gives the second gVNIC network 8244, and Managed Lustre is
-# fastest over a VPC with 8896 (the most GCP allows).
-GVNIC_MTU = 8244
+# Jumbo frames elsewhere too: the second gVNIC network as Google's A3 Ultra/A4 setups have it (see gke_rules), and
+# Managed Lustre is fastest over a VPC with 8896 (the most GCP allows).
 CLUSTER_MTU = 8896
 
 
@@ -25,6 +26,7 @@ class NetworksArgs:
     region: str
     zone: str  # the RoCE network profile is zonal: it pins the RDMA VPC to the GPU zone
     ranges: NetworkRanges
+    services: ProjectServices
 
 
 def roce_network_profile(project: str, zone: str) -> str:
@@ -43,7 +45,8 @@ class Networks(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: NetworksArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("nemo-rl-gke:infra:Networks", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        # Every child calls the Compute API.
+        child = pulumi.ResourceOptions(parent=self, depends_on=args.services.needed_by("compute"))
         prefix, ranges = args.name_prefix, args.ranges
 
         self.cluster_network = gcp.compute.Network(

@@ -15,7 +15,7 @@ class GpuPreset:
     vcpus: int
     memory_gb: int  # as GCE publishes it, in GB (10^9 bytes)
     tuner_config: str  # file name under /usr/local/gib/configs on the node
-    min_gke_version: str
+    min_gke_version: str  # GPUDirect RDMA on this machine (GKE docs: gpu-bandwidth-gpudirect-rdma)
     # A3 Ultra and A4 machines boot only from Hyperdisk.
     boot_disk_type: str = "hyperdisk-balanced"
     # NICs: 2 gVNIC (one is the node's primary) and one RDMA NIC per GPU.
@@ -41,7 +41,8 @@ GPU_PRESETS: dict[str, GpuPreset] = {
             vcpus=224,
             memory_gb=3968,
             tuner_config="tuner_config_a4.txtpb",
-            min_gke_version="1.32.2-gke.1422000",
+            # GKE docs, "Maximize GPU network bandwidth with GPUDirect RDMA": A4 needs 1.32.2-gke.1475000 or later.
+            min_gke_version="1.32.2-gke.1475000",
         ),
     )
 }

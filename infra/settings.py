@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 
+from infra import gke_rules
 from infra.presets import CPU_MACHINES, GPU_PRESETS, CpuMachine, GpuPreset
 from infra.sizing import allocatable_cpu, allocatable_memory_bytes, cpu_cores, memory_bytes
 
@@ -28,7 +30,7 @@ _CLUSTER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,22}[a-z0-9]$")
 _FILESYSTEM_RE = re.compile(r"^[A-Za-z0-9]{1,8}$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _ZONE_RE = re.compile(r"^([a-z]+-[a-z]+[0-9]+)-[a-z]$")
-_GKE_VERSION_RE = re.compile(r"^1\.([0-9]+)(?:\.([0-9]+)-gke\.([0-9]+))?$")
+_MAINTENANCE_WINDOW_RE = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 _RFC1918 = tuple(ipaddress.IPv4Network(cidr) for cidr in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 _IMAGE_RE = re.compile(r"^[a-z0-9.\-/:]+:[A-Za-z0-9_.\-]+$")
 _RAY_VERSION_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
@@ -41,7 +43,16 @@ class ConfigError(pulumi.RunError):
 
     def __init__(self, key: str, value: Any, allowed: str) -> None:
         self.key, self.value, self.allowed = key, value, allowed
-        super().__init__(f"config '{key}' = {value!r} is not allowed: {allowed}")
+        shown = "is not set" if value is None else f"= {value!r} is not allowed"
+        super().__init__(f"config '{key}' {shown}: {allowed}")
+
+
+class UnknownKeyError(ConfigError):
+    """A config key the program does not read: it would be ignored without a word."""
+
+    def __init__(self, key: str, hint: str) -> None:
+        self.key, self.value, self.allowed = key, None, hint
+        pulumi.RunError.__init__(self, f"config '{key}' is not a key this program reads: {hint}")
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,9 @@ class InfraSettings:
     ray_head: PodResources
     ray_worker: PodResources
     shm_size: str
+    maintenance_window_start: str
+    maintenance_exclusion: str | None
+    max_run_hours: int | None
 
     @property
     def gke_minor(self) -> str:
@@ -141,6 +155,12 @@ def _network(key: str, value: Any) -> ipaddress.IPv4Network:
     return network
 
 
+def _refuse_unknown_fields(key: str, raw: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    """A field of an object key (as `pulumi config set --path KEY.FIELD` writes it) that nothing reads."""
+    for field in sorted(set(raw) - set(known)):
+        raise UnknownKeyError(f"{key}.{field}", f"{_closest(field, known)} ({key} has {', '.join(known)})")
+
+
 def validate_lustre_capacity(key: str, capacity: int, tier: int) -> None:
     """Managed Lustre sells capacity in tier-specific steps; anything else is rejected by the API."""
     minimum, step, step_change, step_above, maximum = LUSTRE_TIERS[tier]
@@ -159,11 +179,7 @@ def _lustre(raw: Any) -> LustreSettings:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ConfigError("lustre", raw, "an object with capacityGib, perUnitStorageThroughput, filesystem")
-    unknown = set(raw) - {"capacityGib", "perUnitStorageThroughput", "filesystem"}
-    if unknown:
-        raise ConfigError(
-            f"lustre.{sorted(unknown)[0]}", raw[sorted(unknown)[0]], "capacityGib, perUnitStorageThroughput, filesystem"
-        )
+    _refuse_unknown_fields("lustre", raw, ("capacityGib", "perUnitStorageThroughput", "filesystem"))
     tier = _as_int("lustre.perUnitStorageThroughput", raw.get("perUnitStorageThroughput", 500))
     if tier not in LUSTRE_TIERS:
         raise ConfigError("lustre.perUnitStorageThroughput", tier, f"one of {sorted(LUSTRE_TIERS)} MB/s per TiB")
@@ -189,10 +205,7 @@ def _ranges(raw: Any) -> NetworkRanges:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ConfigError("networkRanges", raw, f"an object with keys {sorted([*_RANGE_KEYS, 'rdmaSubnets'])}")
-    unknown = set(raw) - {*_RANGE_KEYS, "rdmaSubnets"}
-    if unknown:
-        name = sorted(unknown)[0]
-        raise ConfigError(f"networkRanges.{name}", raw[name], f"keys {sorted([*_RANGE_KEYS, 'rdmaSubnets'])}")
+    _refuse_unknown_fields("networkRanges", raw, (*_RANGE_KEYS, "rdmaSubnets"))
     named = {name: str(raw.get(name, default)) for name, default in _RANGE_KEYS.items()}
     rdma = raw.get("rdmaSubnets", list(DEFAULT_RDMA_RANGES))
     if not isinstance(rdma, list) or len(rdma) != 8:
@@ -224,8 +237,9 @@ def _ranges(raw: Any) -> NetworkRanges:
 def _pod_resources(key: str, raw: Any, default: PodResources) -> PodResources:
     if raw is None:
         return default
-    if not isinstance(raw, Mapping) or set(raw) - {"cpu", "memory"}:
+    if not isinstance(raw, Mapping):
         raise ConfigError(key, raw, "an object with keys cpu and memory, e.g. {cpu: 64, memory: 500G}")
+    _refuse_unknown_fields(key, raw, ("cpu", "memory"))
     cpu, memory = str(raw.get("cpu", default.cpu)), str(raw.get("memory", default.memory))
     try:
         if cpu_cores(cpu) <= 0:
@@ -272,36 +286,57 @@ def _shm_size(value: Any, ray_worker: PodResources) -> str:
     return size
 
 
-def _version_tuple(version: str) -> tuple[int, ...] | None:
-    """(minor, patch, gke build) of '1.32.2-gke.1422000'; (minor,) of a bare minor such as '1.33'."""
-    match = _GKE_VERSION_RE.match(version)
-    if not match:
-        return None
-    return tuple(int(part) for part in match.groups() if part is not None)
-
-
-def _gke_version(value: Any, preset: GpuPreset) -> str:
-    """A bare minor (GKE picks that minor's current patch) must be at least the GPU's minimum minor; a full
-    version must be at least the GPU's full minimum version."""
+def _gke_version(value: Any, preset: GpuPreset, provisioning: str) -> str:
+    """A bare minor (GKE picks that minor's current patch) or a full version, at or above every floor that applies
+    (gke_rules: the GPU's RDMA floor, the Lustre CSI driver's, flex-start's)."""
     version = str(value)
-    wanted = _version_tuple(version)
-    minimum = _version_tuple(preset.min_gke_version)
-    assert minimum is not None
-    if wanted is None or wanted[: len(minimum)] < minimum[: len(wanted)]:
+    if gke_rules.parse_gke_version(version) is None:
+        example = gke_rules.DEFAULT_GKE_VERSION
         raise ConfigError(
-            "gkeVersion",
-            version,
-            f"a GKE minor such as 1.33, or a full version such as {preset.min_gke_version}, at or above "
-            f"{preset.min_gke_version} for {preset.gpu_type}",
+            "gkeVersion", version, f"a GKE minor such as {example}, or a full version such as {example}.8-gke.1036000"
         )
+    rdma = gke_rules.VersionFloor(
+        preset.min_gke_version, f"GPUDirect RDMA on {preset.gpu_type}", "GKE docs: gpu-bandwidth-gpudirect-rdma"
+    )
+    floors = gke_rules.version_floors(rdma, provisioning)
+    for floor in sorted(floors, key=lambda f: gke_rules.parse_gke_version(f.version) or (), reverse=True):
+        if gke_rules.below_floor(version, floor):
+            raise ConfigError(
+                "gkeVersion", version, f"at or above {floor.version}, the oldest GKE for {floor.needed_by}"
+            )
     return version
+
+
+def _maintenance(values: Mapping[str, Any]) -> tuple[str, str | None]:
+    window = str(values.get("maintenanceWindowStart", gke_rules.DEFAULT_MAINTENANCE_WINDOW_START))
+    if not _MAINTENANCE_WINDOW_RE.match(window):
+        raise ConfigError(
+            "maintenanceWindowStart", window, "a time of day HH:MM in UTC, e.g. 09:00 (GKE's 4-hour window)"
+        )
+    exclusion = str(values.get("maintenanceExclusion", gke_rules.DEFAULT_MAINTENANCE_EXCLUSION))
+    allowed = (*gke_rules.MAINTENANCE_EXCLUSION_SCOPES, "none")
+    if exclusion not in allowed:
+        raise ConfigError(
+            "maintenanceExclusion", exclusion, f"one of {list(allowed)}; 'none' lets GKE upgrade GPU nodes mid-run"
+        )
+    return window, None if exclusion == "none" else exclusion
+
+
+def _max_run_hours(values: Mapping[str, Any], provisioning: str) -> int | None:
+    hours = _as_int("maxRunHours", values.get("maxRunHours", 0))
+    if hours == 0:
+        return None
+    limit = gke_rules.FLEX_START_MAX_RUN_HOURS
+    if provisioning != "flexStart" or not 1 <= hours <= limit:
+        raise ConfigError("maxRunHours", hours, f"0 (not set), or 1..{limit} with gpuProvisioning flexStart")
+    return hours
 
 
 def build_settings(values: Mapping[str, Any]) -> InfraSettings:
     """Validate raw config values (camelCase keys, as in Pulumi.yaml) into settings. Pure: no Pulumi runtime."""
     project = str(_require(values, "gcp:project", "the GCP project id"))
     region = str(_require(values, "gcp:region", "the region of the control plane and subnets, e.g. us-central1"))
-    zone = str(_require(values, "zone", "the zone of the GPU nodes and Lustre, inside gcp:region"))
+    zone = str(_require(values, "zone", f"the zone of the GPU nodes and Lustre, inside gcp:region, e.g. {region}-b"))
     zone_match = _ZONE_RE.match(zone)
     if not zone_match or zone_match.group(1) != region:
         raise ConfigError("zone", zone, f"a zone inside gcp:region {region!r}, such as {region}-b")
@@ -377,6 +412,8 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
     if not _RAY_VERSION_RE.match(str(ray_version)):
         raise ConfigError("rayVersion", ray_version, "a Ray release such as 2.49.2")
 
+    maintenance_window_start, maintenance_exclusion = _maintenance(values)
+
     ray_head = _pod_resources("rayHead", values.get("rayHead"), PodResources(cpu="64", memory="500G"))
     check_fits("rayHead", ray_head, cpu_machine_type, cpu_machine.vcpus, cpu_machine.memory_gb)
     ray_worker = _pod_resources("rayWorker", values.get("rayWorker"), PodResources(cpu="206", memory="2400Gi"))
@@ -392,7 +429,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         gpu_nodes=gpu_nodes,
         ray_worker_replicas=replicas,
         cluster_name=cluster_name,
-        gke_version=_gke_version(values.get("gkeVersion", "1.33"), preset),
+        gke_version=_gke_version(values.get("gkeVersion", gke_rules.DEFAULT_GKE_VERSION), preset, provisioning),
         release_channel=release_channel,
         cpu_machine_type=cpu_machine_type,
         cpu_pool_min_nodes=cpu_min,
@@ -408,6 +445,9 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         ray_head=ray_head,
         ray_worker=ray_worker,
         shm_size=_shm_size(values.get("shmSize", "240Gi"), ray_worker),
+        maintenance_window_start=maintenance_window_start,
+        maintenance_exclusion=maintenance_exclusion,
+        max_run_hours=_max_run_hours(values, provisioning),
     )
 
 
@@ -416,8 +456,43 @@ _PLAIN_KEYS = (
     "zone", "gpuType", "gpuProvisioning", "reservation", "gpuNodes", "rayWorkerReplicas", "clusterName",
     "gkeVersion", "releaseChannel", "cpuMachineType", "cpuPoolMinNodes", "cpuPoolMaxNodes", "protectData",
     "deletionProtection", "namespace", "kubernetesServiceAccount", "nemoRlImage", "rayVersion", "shmSize",
+    "maintenanceWindowStart", "maintenanceExclusion", "maxRunHours",
 )  # fmt: skip
 _OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker")
+
+
+_SECRET_KEYS = ("hfToken", "wandbApiKey")
+# Providers' own namespaces: their keys are theirs to check.
+_PROVIDER_NAMESPACES = ("gcp", "kubernetes", "pulumi")
+
+
+def check_keys(project: str, keys: Iterable[str]) -> None:
+    """Refuse config the program would silently ignore: an unknown key in the project's namespace (a misspelt
+    `gpuNode`, or `lustre.capacityGib` set without --path), or a key in a namespace that is a near miss of the
+    project's (`nemo-rl:zone`). Names the key and the closest known one."""
+    known = (*_PLAIN_KEYS, *_OBJECT_KEYS, *_SECRET_KEYS)
+    for full_key in sorted(keys):
+        namespace, _, key = full_key.rpartition(":")
+        if namespace == project and key not in known:
+            head = key.split(".")[0]
+            if "." in key and head in _OBJECT_KEYS:
+                hint = f"a nested key: pulumi config set --path {key} VALUE"
+            else:
+                hint = _closest(key, known)
+            raise UnknownKeyError(full_key, hint)
+        if namespace not in (project, *_PROVIDER_NAMESPACES) and difflib.get_close_matches(namespace, [project]):
+            raise UnknownKeyError(full_key, f"its namespace is not {project!r}; did you mean '{project}:{key}'?")
+
+
+def _closest(key: str, known: Iterable[str]) -> str:
+    match = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f"did you mean '{match[0]}'?" if match else "see the Configuration table in README.md"
+
+
+def runtime_config_keys() -> set[str]:
+    """Every config key the engine handed the program (`pulumi up` passes them in PULUMI_CONFIG; mocks and
+    tools/offline.py set them in the runtime's map)."""
+    return set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env())
 
 
 @dataclass(frozen=True)
@@ -429,6 +504,7 @@ class Secrets:
 def load() -> tuple[InfraSettings, Secrets]:
     """Read the stack's config once. Raises ConfigError before any resource is registered."""
     config = pulumi.Config()
+    check_keys(pulumi.get_project(), runtime_config_keys())
     gcp = pulumi.Config("gcp")
     values: dict[str, Any] = {"gcp:project": gcp.get("project"), "gcp:region": gcp.get("region")}
     for key in _PLAIN_KEYS:

@@ -10,6 +10,7 @@ from infra.cluster import ClusterArgs, GkeCluster
 from infra.gpu_pool import GpuNodePool, GpuNodePoolArgs
 from infra.lustre import LustreArgs, ManagedLustre
 from infra.network import Networks, NetworksArgs
+from infra.services import ProjectServices, ProjectServicesArgs
 from infra.settings import InfraSettings
 
 
@@ -19,9 +20,12 @@ class Infra:
     cluster: GkeCluster
     gpu_pool: GpuNodePool
     lustre: ManagedLustre
+    services: ProjectServices
 
 
 def build_infra(settings: InfraSettings) -> Infra:
+    # A new project has none of the APIs on: each resource below waits for the ones it calls.
+    services = ProjectServices("apis", ProjectServicesArgs(project=settings.project))
     networks = Networks(
         "networks",
         NetworksArgs(
@@ -30,6 +34,7 @@ def build_infra(settings: InfraSettings) -> Infra:
             region=settings.region,
             zone=settings.zone,
             ranges=settings.ranges,
+            services=services,
         ),
     )
     # Lustre needs only the VPC: it builds while the cluster does.
@@ -43,6 +48,7 @@ def build_infra(settings: InfraSettings) -> Infra:
             peering_range=settings.ranges.lustre_peering,
             network_id=networks.cluster_network.id,
             protect=settings.protect_data,
+            services=services,
         ),
     )
     cluster = GkeCluster(
@@ -59,6 +65,9 @@ def build_infra(settings: InfraSettings) -> Infra:
             cpu_min_nodes=settings.cpu_pool_min_nodes,
             cpu_max_nodes=settings.cpu_pool_max_nodes,
             networks=networks,
+            services=services,
+            maintenance_window_start=settings.maintenance_window_start,
+            maintenance_exclusion=settings.maintenance_exclusion,
         ),
     )
     gpu_pool = GpuNodePool(
@@ -73,9 +82,10 @@ def build_infra(settings: InfraSettings) -> Infra:
             reservation=settings.reservation,
             cluster=cluster,
             networks=networks,
+            max_run_hours=settings.max_run_hours,
         ),
     )
-    return Infra(networks=networks, cluster=cluster, gpu_pool=gpu_pool, lustre=lustre)
+    return Infra(networks=networks, cluster=cluster, gpu_pool=gpu_pool, lustre=lustre, services=services)
 
 
 def export_infra(settings: InfraSettings, infra: Infra) -> None:

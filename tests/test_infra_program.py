@@ -10,7 +10,7 @@ import yaml
 from conftest import HF_TOKEN, INFRA_STACKS, ROOT, WANDB_KEY, RunInfra
 
 from infra.settings import ConfigError
-from tools.offline import MissingConfigError, load_stack_config, plaintext_paths, run_program
+from tools.offline import MissingConfigError, load_stack_config, plaintext_paths, run_program, set_config_path
 
 NETWORK = "gcp:compute/network:Network"
 SUBNET = "gcp:compute/subnetwork:Subnetwork"
@@ -30,7 +30,8 @@ def test_networks(stack_run):
     rdma = next(n for n in networks.values() if n.name.endswith("-rdma"))
     assert rdma.inputs["networkProfile"] == f"projects/{project}/global/networkProfiles/{zone}-vpc-roce"
     assert rdma.inputs["mtu"] == 8896
-    assert run.one(NETWORK, "networks-gvnic").inputs["mtu"] == 8244  # jumbo frames, as GKE sets up A3 Ultra/A4
+    # 8896 as Cluster Toolkit's A3 Ultra/A4 blueprints and xpk have it (8244 is the A3 Mega value).
+    assert run.one(NETWORK, "networks-gvnic").inputs["mtu"] == 8896
     assert run.one(NETWORK, "networks-cluster").inputs["mtu"] == 8896  # Managed Lustre's best
 
     subnets = run.of_type(SUBNET)
@@ -40,9 +41,10 @@ def test_networks(stack_run):
     rdma_network_id = f"projects/{project}/global/networks/{rdma.inputs['name']}"
     rdma_subnets = [s for s in subnets if s.inputs["network"] == rdma_network_id]
     assert sorted(s.inputs["ipCidrRange"] for s in rdma_subnets) == sorted(f"192.168.{n}.0/24" for n in range(1, 9))
-    # Parallel: each RDMA subnet waits for the RDMA network and nothing else.
+    # Parallel: each RDMA subnet waits for the RDMA network (and the Compute API) and nothing else.
+    compute_api = run.one("gcp:projects/service:Service", "apis-compute")
     for subnet in rdma_subnets:
-        assert subnet.dependencies == [rdma.urn]
+        assert sorted(subnet.dependencies) == sorted([rdma.urn, compute_api.urn])
         assert subnet.parent == run.one("nemo-rl-gke:infra:Networks").urn
 
 
@@ -158,6 +160,128 @@ def test_gpu_provisioning_modes(run_infra: RunInfra, mode, reservation, expected
         assert node[key] == value
     others = {"spot", "flexStart"} - set(expected)
     assert not any(node.get(key) for key in others)
+
+
+def test_flex_start_pool_meets_googles_preconditions(run_infra: RunInfra):
+    """Cluster Toolkit refuses a flex-start pool with auto-repair on; GKE wants NO_RESERVATION, no spot, min 0."""
+    run = run_infra("dev")  # the dev stack is the flex-start one
+    pool = run.one(NODE_POOL, "gpu").inputs
+    assert pool["nodeConfig"]["flexStart"] is True
+    assert pool["management"] == {"autoRepair": False, "autoUpgrade": True}
+    assert pool["nodeConfig"]["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+    assert not pool["nodeConfig"].get("spot")
+    assert pool["autoscaling"]["totalMinNodeCount"] == 0
+    assert "maxRunDuration" not in pool["nodeConfig"]
+    limited = run_infra("dev", {"maxRunHours": 48}).one(NODE_POOL, "gpu").inputs["nodeConfig"]
+    assert limited["maxRunDuration"] == f"{48 * 3600}s"
+    # Every other mode keeps auto-repair.
+    reserved = run_infra("h200").one(NODE_POOL, "gpu").inputs
+    assert reserved["management"] == {"autoRepair": True, "autoUpgrade": True}
+
+
+def test_flex_start_preconditions_catch_each_violation():
+    from infra.gke_rules import flex_start_violations
+
+    good = {
+        "flex_start": True,
+        "spot": False,
+        "auto_repair": False,
+        "reservation_type": "NO_RESERVATION",
+        "min_nodes": 0,
+    }
+    assert flex_start_violations(**good) == []  # type: ignore[arg-type]
+    for change, word in (
+        ({"auto_repair": True}, "auto-repair"),
+        ({"spot": True}, "spot"),
+        ({"reservation_type": "SPECIFIC_RESERVATION"}, "NO_RESERVATION"),
+        ({"min_nodes": 1}, "0 nodes"),
+    ):
+        [problem] = flex_start_violations(**{**good, **change})  # type: ignore[arg-type]
+        assert word in problem
+    assert flex_start_violations(**{**good, "flex_start": False, "auto_repair": True}) == []  # type: ignore[arg-type]
+
+
+def test_gpu_nodes_are_not_upgraded_mid_run(stack_run):
+    """The cluster's maintenance exclusion keeps GKE from draining a GPU node for an upgrade during training."""
+    _, run = stack_run
+    policy = run.one(CLUSTER).inputs["maintenancePolicy"]
+    assert policy["dailyMaintenanceWindow"] == {"startTime": "09:00"}
+    [exclusion] = policy["maintenanceExclusions"]
+    assert exclusion["exclusionOptions"] == {
+        "scope": "NO_MINOR_OR_NODE_UPGRADES",
+        "endTimeBehavior": "UNTIL_END_OF_SUPPORT",
+    }
+    assert exclusion["startTime"].endswith("Z")
+
+
+def test_maintenance_policy_from_config(run_infra: RunInfra):
+    run = run_infra("h200", {"maintenanceExclusion": "none", "maintenanceWindowStart": "02:30"})
+    policy = run.one(CLUSTER).inputs["maintenancePolicy"]
+    assert policy == {"dailyMaintenanceWindow": {"startTime": "02:30"}}
+
+
+API_WAITS = {
+    # resource type -> the APIs it must wait for
+    NETWORK: {"compute"},
+    SUBNET: {"compute"},
+    "gcp:compute/firewall:Firewall": {"compute"},
+    "gcp:compute/globalAddress:GlobalAddress": {"compute"},
+    "gcp:servicenetworking/connection:Connection": {"servicenetworking"},
+    LUSTRE: {"lustre"},
+    CLUSTER: {"container", "logging", "monitoring"},
+    NODE_POOL: {"container"},
+    "gcp:serviceaccount/account:Account": {"iam"},
+    "gcp:projects/iAMMember:IAMMember": {"cloudresourcemanager"},
+}
+
+
+def test_a_new_project_gets_its_apis_enabled_first(stack_run):
+    _, run = stack_run
+    services = {r.inputs["service"].split(".")[0]: r for r in run.of_type("gcp:projects/service:Service")}
+    assert set(services) == {
+        "compute", "container", "lustre", "servicenetworking", "iam", "cloudresourcemanager", "logging", "monitoring"
+    }  # fmt: skip
+    for service in services.values():
+        assert service.inputs["disableOnDestroy"] is False  # never switch an API off under the rest of the project
+    for type_, apis in API_WAITS.items():
+        for resource in run.of_type(type_):
+            for api in apis:
+                assert run.depends_on(resource, services[api]), f"{resource.name} does not wait for {api}"
+    # Waiting for APIs joins nothing: Lustre still builds beside the cluster (test_lustre_builds_beside_the_cluster).
+
+
+def test_readme_lists_every_api_and_the_deployers_roles():
+    from infra.services import DEPLOYER_ROLES, REQUIRED_APIS
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### 2. What a new project needs") : readme.index("### 3.")]
+    for name in [*REQUIRED_APIS, *DEPLOYER_ROLES]:
+        assert f"`{name}`" in section, name
+    assert "roles/compute.networkAdmin" in DEPLOYER_ROLES  # private services access: what Editor lacks
+    assert "Owner" in section and "Editor is not enough" in section
+
+
+def test_unknown_config_keys_stop_the_program_before_anything(run_infra: RunInfra):
+    with pytest.raises(ConfigError, match=r"'nemo-rl-gke:gpuNode'.*'gpuNodes'"):
+        run_infra("dev", {"gpuNode": 3})
+    with pytest.raises(ConfigError, match=r"'nemo-rl:zone'.*'nemo-rl-gke:zone'"):
+        run_infra("dev", {"nemo-rl:zone": "europe-west1-c"})
+
+
+def test_path_style_nested_keys_reach_validation(run_infra: RunInfra):
+    """`pulumi config set --path lustre.capacityGib 1234` stores {lustre: {capacityGib: 1234}}: validated."""
+    project, config = load_stack_config(ROOT, "h200")
+    set_config_path(project, config, "lustre.capacityGib", 1234)
+    assert config["nemo-rl-gke:lustre"] == {"capacityGib": 1234}
+    with pytest.raises(ConfigError, match=r"lustre.capacityGib"):
+        run_program(ROOT, config, secrets={"nemo-rl-gke:hfToken": HF_TOKEN}, stack="h200")
+    set_config_path(project, config, "lustre.capacityGib", 36000)
+    run = run_program(ROOT, config, secrets={"nemo-rl-gke:hfToken": HF_TOKEN}, stack="h200")
+    assert run.one(LUSTRE).inputs["capacityGib"] == "36000"
+    # A misspelt field of an object is refused too, naming the path.
+    set_config_path(project, config, "lustre.capacity", 36000)
+    with pytest.raises(ConfigError, match=r"lustre.capacity"):
+        run_program(ROOT, config, secrets={"nemo-rl-gke:hfToken": HF_TOKEN}, stack="h200")
 
 
 def test_lustre(stack_run):
@@ -331,7 +455,8 @@ def test_stack_values_have_the_declared_types(project_dir: Path):
     for key, declaration in project["config"].items():
         if "default" in declaration:
             assert isinstance(declaration["default"], python_types[declaration["type"]]), f"default of {key}"
-    for stack_file in sorted(project_dir.glob("Pulumi.*.yaml")):
+    for stack in INFRA_STACKS:  # a user's stack may hold `secure:` values: not ours to judge
+        stack_file = project_dir / f"Pulumi.{stack}.yaml"
         for key, value in (yaml.safe_load(stack_file.read_text())["config"] or {}).items():
             if key in declared:
                 wanted = declared[key]

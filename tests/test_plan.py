@@ -15,10 +15,11 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from infra.gke_rules import MAINTENANCE_EXCLUSION_START
 from tools import checkov_gate, plan
 from tools.render import is_built_in
 
-STACKS = plan.stacks_available()
+STACKS = sorted(plan.EXAMPLE_STACKS)  # never a user's own stack: it has no golden plan
 GOLDEN = ROOT / "tests" / "golden"
 PLACEHOLDERS = tuple(plan.PLACEHOLDER_SECRETS.values())
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -117,6 +118,8 @@ def test_no_absolute_paths_or_timestamps(rendered: Rendered):
     for name, content in rendered.on_disk().items():
         assert str(ROOT) not in content, name
         assert str(rendered.dir) not in content, name
+        # The one date deployed on purpose: the maintenance exclusion's fixed start (not when the plan ran).
+        content = content.replace(MAINTENANCE_EXCLUSION_START, "")
         assert not re.search(r"\b20\d\d-\d\d-\d\d[T ]\d\d:\d\d", content), name
 
 
@@ -383,3 +386,15 @@ def test_checkov_gate_fails_on_findings_outside_the_skip_list():
     assert not ok and any(line.startswith("STALE SKIP: CKV_K8S_8") for line in lines)
     ok, _ = checkov_gate.report({"dev": (passed, findings[:1])}, skips)
     assert ok
+
+
+def test_path_overrides_nest_as_the_cli_stores_them():
+    """`-c lustre.capacityGib=36000` is `pulumi config set --path lustre.capacityGib 36000`: nested, validated."""
+    config: dict[str, Any] = {"nemo-rl-gke:lustre": {"filesystem": "fs"}}
+    plan._apply_overrides(
+        "nemo-rl-gke", config, ["lustre.capacityGib=36000", "networkRanges.rdmaSubnets[1]=10.9.0.0/24"]
+    )
+    assert config == {
+        "nemo-rl-gke:lustre": {"filesystem": "fs", "capacityGib": 36000},
+        "nemo-rl-gke:networkRanges": {"rdmaSubnets": [None, "10.9.0.0/24"]},
+    }

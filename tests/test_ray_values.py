@@ -549,7 +549,7 @@ def test_rendered_pods_are_valid_kubernetes(settings: InfraSettings, secret_keys
     values = build_ray_values(settings, make_refs(secret_keys))
     head, worker = all_pods(values)
     for pod in (head, worker):
-        assert kubernetes_validate.validate(pod, settings.gke_minor, strict=True) == settings.gke_minor == "1.33"
+        assert kubernetes_validate.validate(pod, settings.gke_minor, strict=True) == settings.gke_minor == "1.35"
     # The worker annotations and the operator's annotation reach the pod, as the chart renders them.
     annotations = worker["metadata"]["annotations"]
     assert "networking.gke.io/interfaces" in annotations

@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
+from conftest import ROOT
 
+from infra import gke_rules
 from infra.presets import GPU_PRESETS
-from infra.settings import ConfigError, build_settings, validate_lustre_capacity
+from infra.settings import ConfigError, build_settings, check_keys, validate_lustre_capacity
 from infra.sizing import allocatable_cpu, allocatable_memory_bytes, cpu_cores, memory_bytes
 
 BASE: dict[str, Any] = {
@@ -84,7 +87,7 @@ def test_malformed_zone():
 
 
 def test_missing_reservation_when_reserving():
-    expect_error("reservation", "None", "pulumi config set reservation", reservation=None)
+    expect_error("reservation", "is not set", "pulumi config set reservation", reservation=None)
 
 
 def test_reservation_with_spot_is_contradictory():
@@ -156,8 +159,10 @@ def test_lustre_bad_filesystem(filesystem: str):
     expect_error("lustre.filesystem", repr(filesystem), "1 to 8 letters or digits", lustre={"filesystem": filesystem})
 
 
-def test_lustre_unknown_key():
-    expect_error("lustre.capacity", "18000", "capacityGib", lustre={"capacity": 18000})
+def test_unknown_fields_of_objects_name_the_closest_one():
+    expect_error("lustre.capacity", "not a key", "did you mean 'capacityGib'", lustre={"capacity": 18000})
+    expect_error("networkRanges.pod", "not a key", "did you mean 'pods'", networkRanges={"pod": "10.16.0.0/14"})
+    expect_error("rayHead.memmory", "not a key", "did you mean 'memory'", rayHead={"cpu": "8", "memmory": "64G"})
 
 
 def test_overlapping_ranges():
@@ -233,18 +238,63 @@ def test_unpinned_image():
 
 
 def test_unknown_image_needs_ray_version():
-    expect_error("rayVersion", "None", "v0.5.0", nemoRlImage="nvcr.io/nvidia/nemo-rl:v9.9.9")
+    expect_error("rayVersion", "is not set", "v0.5.0", nemoRlImage="nvcr.io/nvidia/nemo-rl:v9.9.9")
     assert settings_with(nemoRlImage="nvcr.io/nvidia/nemo-rl:v9.9.9", rayVersion="2.60.0").ray_version == "2.60.0"
 
 
-def test_gke_version_below_the_gpu_minimum():
-    expect_error("gkeVersion", "1.31", "1.32.2-gke.1422000", gkeVersion="1.31")
-    # The right minor but a patch below the B200 minimum.
-    expect_error("gkeVersion", "1.32.0-gke.1", "1.32.2-gke.1422000", gkeVersion="1.32.0-gke.1")
+def test_gke_version_below_google_floors():
     expect_error("gkeVersion", "latest", "full version", gkeVersion="latest")
-    assert settings_with(gkeVersion="1.32").gke_minor == "1.32"
-    assert settings_with(gkeVersion="1.32.2-gke.1422000").gke_minor == "1.32"
-    assert settings_with(gkeVersion="1.33.5-gke.100").gke_version == "1.33.5-gke.100"
+    # Managed Lustre's CSI driver needs 1.33.2-gke.1111000: no 1.31 or 1.32 cluster, whatever the GPU.
+    for gpu in GPU_PRESETS:
+        expect_error("gkeVersion", "1.31", "1.33.2-gke.1111000", gkeVersion="1.31", gpuType=gpu)
+        expect_error("gkeVersion", "1.32.2-gke.1475000", "Lustre", gkeVersion="1.32.2-gke.1475000", gpuType=gpu)
+    expect_error("gkeVersion", "1.33.2-gke.1000000", "Lustre", gkeVersion="1.33.2-gke.1000000")
+    assert settings_with(gkeVersion="1.33").gke_minor == "1.33"
+    assert settings_with(gkeVersion="1.33.2-gke.1111000").gke_version == "1.33.2-gke.1111000"
+
+
+def test_gpu_floors_are_googles():
+    # GKE docs (GPUDirect RDMA): A4 needs 1.32.2-gke.1475000, not the 1.32.2-gke.1422000 once listed here.
+    assert GPU_PRESETS["nvidia-b200"].min_gke_version == "1.32.2-gke.1475000"
+    floor = gke_rules.VersionFloor(GPU_PRESETS["nvidia-b200"].min_gke_version, "A4", "test")
+    assert gke_rules.below_floor("1.32.2-gke.1422000", floor)
+    assert not gke_rules.below_floor("1.32.2-gke.1475000", floor)
+    assert gke_rules.below_floor("1.31", floor) and not gke_rules.below_floor("1.32", floor)
+
+
+def test_flex_start_has_its_own_floor():
+    flex = gke_rules.FLEX_START_FLOOR
+    assert flex.version == "1.32.2-gke.1652000"
+    assert flex in gke_rules.version_floors(gke_rules.LUSTRE_CSI_FLOOR, "flexStart")
+    assert flex not in gke_rules.version_floors(gke_rules.LUSTRE_CSI_FLOOR, "reservation")
+    assert gke_rules.below_floor("1.32.2-gke.1600000", flex)
+
+
+def test_default_gke_version_is_one_google_still_supports():
+    assert gke_rules.DEFAULT_GKE_VERSION == "1.35"
+    assert settings_with().gke_version == "1.35"
+    declared = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]["gkeVersion"]["default"]
+    assert declared == gke_rules.DEFAULT_GKE_VERSION  # what the CLI applies is the same default
+
+
+def test_maintenance_policy_defaults_to_no_node_upgrades():
+    settings = settings_with()
+    assert settings.maintenance_exclusion == "NO_MINOR_OR_NODE_UPGRADES"
+    assert settings.maintenance_window_start == "09:00"
+    assert settings_with(maintenanceExclusion="none").maintenance_exclusion is None
+    assert settings_with(maintenanceExclusion="NO_MINOR_UPGRADES").maintenance_exclusion == "NO_MINOR_UPGRADES"
+    # NO_UPGRADES cannot last until the end of support (at most 30 days): refused, as anything else.
+    expect_error("maintenanceExclusion", "NO_UPGRADES", "NO_MINOR_OR_NODE_UPGRADES", maintenanceExclusion="NO_UPGRADES")
+    expect_error("maintenanceWindowStart", "9am", "HH:MM", maintenanceWindowStart="9am")
+    expect_error("maintenanceWindowStart", "24:00", "HH:MM", maintenanceWindowStart="24:00")
+
+
+def test_max_run_hours_only_with_flex_start():
+    flex = {"gpuProvisioning": "flexStart", "reservation": None}
+    assert settings_with(**flex).max_run_hours is None
+    assert settings_with(**flex, maxRunHours=24).max_run_hours == 24
+    expect_error("maxRunHours", "169", "1..168", **flex, maxRunHours=169)
+    expect_error("maxRunHours", "24", "flexStart", maxRunHours=24)
 
 
 def test_unknown_cpu_machine_type():
@@ -261,9 +311,34 @@ def test_bad_boolean():
 
 
 def test_missing_required_keys_name_the_key():
-    expect_error("gcp:project", "None", "GCP project", **{"gcp:project": None})
-    expect_error("zone", "None", "required", zone=None)
-    expect_error("gpuType", "None", "nvidia-h200-141gb", gpuType=None)
+    expect_error("gcp:project", "is not set", "GCP project", **{"gcp:project": None})
+    expect_error("zone", "is not set", "us-central1-b", zone=None)
+    expect_error("gpuType", "is not set", "nvidia-h200-141gb", gpuType=None)
+
+
+def test_unset_values_read_not_set_never_none():
+    for changes in ({"gcp:project": None}, {"zone": None}, {"gpuType": None}, {"reservation": None}):
+        with pytest.raises(ConfigError) as caught:
+            settings_with(**changes)
+        assert "None" not in str(caught.value) and "is not set" in str(caught.value)
+
+
+def test_unknown_keys_are_refused_with_the_closest_known_one():
+    with pytest.raises(ConfigError, match=r"'nemo-rl-gke:gpuNode'.*did you mean 'gpuNodes'"):
+        check_keys("nemo-rl-gke", ["nemo-rl-gke:zone", "nemo-rl-gke:gpuNode", "gcp:project"])
+    with pytest.raises(ConfigError, match=r"'nemo-rl-gke:gpunodes'.*'gpuNodes'"):
+        check_keys("nemo-rl-gke", ["nemo-rl-gke:gpunodes"])
+    # A project namespace that is a near miss: the key would go to nobody.
+    with pytest.raises(ConfigError, match=r"'nemo-rl:zone'.*did you mean 'nemo-rl-gke:zone'"):
+        check_keys("nemo-rl-gke", ["nemo-rl:zone"])
+    # A nested key set without --path lands as a flat key: say how to set it.
+    with pytest.raises(ConfigError, match=r"--path lustre.capacityGib"):
+        check_keys("nemo-rl-gke", ["nemo-rl-gke:lustre.capacityGib"])
+    with pytest.raises(ConfigError, match=r"'nemo-rl-gke:colour'.*README"):
+        check_keys("nemo-rl-gke", ["nemo-rl-gke:colour"])
+    # Every key the program reads, and the providers' own keys, pass.
+    known = [f"nemo-rl-gke:{key}" for key in yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]]
+    check_keys("nemo-rl-gke", [*known, "nemo-rl-gke:lustre", "nemo-rl-gke:wandbApiKey", "gcp:zone", "kubernetes:x"])
 
 
 def test_quantities_and_allocatable():

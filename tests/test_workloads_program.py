@@ -266,7 +266,7 @@ def test_bad_namespace_stops_before_anything(run_infra: RunInfra):
 def test_every_built_in_object_validates_strictly(run_infra: RunInfra, stack: str):
     run = run_infra(stack, {"namespace": "rl"}, secrets={"hfToken": HF_TOKEN, "wandbApiKey": WANDB_KEY})
     gke_minor = run.outputs["kubernetesMinorVersion"]
-    assert gke_minor == "1.33"
+    assert gke_minor == "1.35"
     objects = [m for m in manifests(run) if is_built_in(m)]
     kinds = {o["kind"] for o in objects}
     assert kinds >= {

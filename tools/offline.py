@@ -8,6 +8,7 @@ records for every resource its inputs, parent, dependencies, provider and option
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import runpy
@@ -220,10 +221,63 @@ def plaintext_paths(value: Any, needle: str, path: str = "") -> list[str]:
     return [path or "."] if isinstance(value, str) and needle in value else []
 
 
+class StackFileError(Exception):
+    """A project or stack file that is not valid YAML: one line with the file, line, column and the problem."""
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f"{path.name}:{mark.line + 1}:{mark.column + 1}" if mark else path.name
+        raise StackFileError(f"{where}: not valid YAML: {error.problem or error.context}") from None
+    except yaml.YAMLError as error:
+        raise StackFileError(f"{path.name}: not valid YAML: {str(error).splitlines()[0]}") from None
+
+
+def encrypted_keys(config: Mapping[str, Any]) -> list[str]:
+    """Keys whose stack-file value is a `secure:` ciphertext (what `pulumi config set --secret` writes); only the
+    CLI, with the stack's passphrase or key, can decrypt them."""
+    return sorted(key for key, value in config.items() if isinstance(value, dict) and set(value) == {"secure"})
+
+
+def set_config_path(project: str, config: dict[str, Any], path: str, value: Any) -> None:
+    """`pulumi config set --path a.b[0].c VALUE`, as the CLI stores it: the top-level key `project:a` holds the
+    nested object, created as needed ([n] indexes a list)."""
+    head, _, rest = path.partition(".")
+    parts: list[str | int] = []
+    for part in [head] + (rest.split(".") if rest else []):
+        name, _, index = part.partition("[")
+        parts.append(name)
+        if index:
+            parts.append(int(index.rstrip("]")))
+    top = str(parts[0])
+    full = top if ":" in top else f"{project}:{top}"
+    if len(parts) == 1:
+        config[full] = value
+        return
+    node = config.setdefault(full, {} if isinstance(parts[1], str) else [])
+    for step, following in itertools.pairwise(parts[1:]):
+        fresh: Any = {} if isinstance(following, str) else []
+        if isinstance(step, int):
+            node.extend([None] * (step + 1 - len(node)))
+            if node[step] is None:
+                node[step] = fresh
+            node = node[step]
+        else:
+            node = node.setdefault(step, fresh)
+    last = parts[-1]
+    if isinstance(last, int):
+        node.extend([None] * (last + 1 - len(node)))
+    node[last] = value
+
+
 def load_stack_config(project_dir: Path, stack: str) -> tuple[str, dict[str, Any]]:
     """Project name and the stack's config with Pulumi.yaml defaults applied, as the CLI would: keys are
-    namespaced (`project:key`), declared defaults fill what the stack file leaves out."""
-    project_file = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
+    namespaced (`project:key`), declared defaults fill what the stack file leaves out. Objects set with `--path`
+    are nested in the stack file and stay so. Raises StackFileError for a file that is not YAML."""
+    project_file = read_yaml(project_dir / "Pulumi.yaml")
     project = project_file["name"]
     config: dict[str, Any] = {}
     for key, declaration in (project_file.get("config") or {}).items():
@@ -236,7 +290,7 @@ def load_stack_config(project_dir: Path, stack: str) -> tuple[str, dict[str, Any
     stack_file = project_dir / f"Pulumi.{stack}.yaml"
     if not stack_file.exists():
         raise FileNotFoundError(f"no stack file {stack_file}")
-    for key, value in ((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {}).items():
+    for key, value in ((read_yaml(stack_file) or {}).get("config") or {}).items():
         config[key if ":" in key else f"{project}:{key}"] = value
     return project, config
 

@@ -37,8 +37,11 @@ from tools.offline import (  # noqa: E402
     MissingConfigError,
     ProgramRun,
     Registered,
+    StackFileError,
+    encrypted_keys,
     load_stack_config,
     run_program,
+    set_config_path,
 )
 from tools.render import manifest, redact  # noqa: E402
 
@@ -46,6 +49,9 @@ JOBS_DIR = ROOT / "jobs"
 # Obviously fake: they must never show up in anything written (tests check), only "[secret]" does.
 PLACEHOLDER_SECRETS = {"hfToken": "hf_PLACEHOLDER_not_a_token", "wandbApiKey": "wandb_PLACEHOLDER_not_a_key"}
 EXIT_CONFIG = 2
+# The stack files the repository ships as examples: the tests, golden plans and checkov hold these, and only these,
+# so a user's own stack (Pulumi.<mine>.yaml, real values, encrypted secrets) never breaks `make test`.
+EXAMPLE_STACKS = ("dev", "h200", "b200")
 STEPS = 4
 
 # Manifests are numbered in the order an operator would apply them: namespaces, policy and identity, data, the
@@ -70,6 +76,7 @@ KEY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
     "gcp:compute/firewall:Firewall": ("name", "direction", "sourceRanges"),
     "gcp:compute/globalAddress:GlobalAddress": ("name", "purpose", "address", "prefixLength"),
     "gcp:servicenetworking/connection:Connection": ("service", "reservedPeeringRanges"),
+    "gcp:projects/service:Service": ("service", "disableOnDestroy"),
     "gcp:serviceaccount/account:Account": ("accountId",),
     "gcp:projects/iAMMember:IAMMember": ("role", "member"),
     "gcp:serviceaccount/iAMMember:IAMMember": ("role", "member"),
@@ -81,6 +88,7 @@ KEY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
         "datapathProvider",
         "enableMultiNetworking",
         "deletionProtection",
+        "maintenancePolicy",
     ),
     "gcp:container/nodePool:NodePool": (
         "name",
@@ -90,6 +98,8 @@ KEY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
         "nodeConfig.flexStart",
         "nodeConfig.spot",
         "nodeConfig.reservationAffinity",
+        "nodeConfig.maxRunDuration",
+        "management",
         "autoscaling",
     ),
     "gcp:lustre/instance:Instance": (
@@ -138,8 +148,22 @@ def _apply_overrides(project: str, config: dict[str, Any], overrides: Sequence[s
         full = key if ":" in key else f"{project}:{key}"
         if raw == "":
             config.pop(full, None)
+        elif "." in key.rpartition(":")[2]:  # a nested key, as `pulumi config set --path` stores it
+            set_config_path(project, config, key, yaml.safe_load(raw))
         else:
             config[full] = yaml.safe_load(raw)
+
+
+def _placeholders_for_encrypted(project: str, config: dict[str, Any], stack_file: str) -> dict[str, str]:
+    """Secrets the stack file holds encrypted (`secure:`): the plan cannot decrypt them, so each is replaced by a
+    placeholder, and says so."""
+    secrets = {}
+    for full in encrypted_keys(config):
+        del config[full]
+        key = full.rpartition(":")[2]
+        secrets[full] = PLACEHOLDER_SECRETS.get(key, f"PLACEHOLDER_for_encrypted_{key}")
+        print(f"      {full}: encrypted in {stack_file}; planned with a placeholder (only the CLI can decrypt it)")
+    return secrets
 
 
 def run_plan(
@@ -155,17 +179,21 @@ def run_plan(
     progress(1, "infra program (mocks)")
     project, config = load_stack_config(ROOT, stack)
     _apply_overrides(project, config, infra_overrides)
-    given = {key: value for key, value in PLACEHOLDER_SECRETS.items() if wandb or key != "wandbApiKey"}
-    secrets = {f"{project}:{key}": value for key, value in given.items()}
+    secrets = {f"{project}:{key}": value for key, value in PLACEHOLDER_SECRETS.items()}
+    secrets.update(_placeholders_for_encrypted(project, config, f"Pulumi.{stack}.yaml"))
+    if not wandb:  # as for a user without a W&B key, whatever the stack file holds
+        secrets.pop(f"{project}:wandbApiKey", None)
     infra = run_program(ROOT, config, secrets=secrets, stack=stack)
 
     progress(2, "job program (mocks), fed with the infra outputs")
     job_project, job_config = load_stack_config(JOBS_DIR, stack)
     _apply_overrides(job_project, job_config, job_overrides)
+    job_secrets = _placeholders_for_encrypted(job_project, job_config, f"jobs/Pulumi.{stack}.yaml")
     reference = str(job_config.get(f"{job_project}:infraStack") or "")
     jobs = run_program(
         JOBS_DIR,
         job_config,
+        secrets=job_secrets,
         stack=stack,
         stack_outputs={reference: infra.outputs} if reference else {},
         stack_secret_outputs={reference: infra.secret_outputs} if reference else {},
@@ -492,7 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         plan = run_plan(args.stack, args.config, args.job_config, wandb=not args.no_wandb)
-    except PlanError as error:
+    except (PlanError, StackFileError) as error:
         print(f"plan: {error}", file=sys.stderr)
         return EXIT_CONFIG
     except (pulumi.RunError, MissingConfigError) as error:  # ConfigError names key, value and what is allowed

@@ -67,6 +67,9 @@ DURATIONS: Mapping[str, Duration] = {
     "gcp:compute/firewall:Firewall": Duration(0.25, "estimate: seconds"),
     "gcp:compute/globalAddress:GlobalAddress": Duration(0.25, "estimate: seconds"),
     "gcp:servicenetworking/connection:Connection": Duration(1.5, "estimate: 1-2 min for the VPC peering"),
+    "gcp:projects/service:Service": Duration(
+        1.0, "estimate: about a minute to enable an API on a new project; seconds when it is already on"
+    ),
     "gcp:serviceaccount/account:Account": Duration(0.1, "estimate: seconds"),
     "gcp:projects/iAMMember:IAMMember": Duration(0.25, "estimate: seconds (one IAM policy read-modify-write)"),
     "gcp:serviceaccount/iAMMember:IAMMember": Duration(0.25, "estimate: seconds"),

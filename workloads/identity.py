@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -21,6 +22,8 @@ class RayIdentityArgs:
     namespace: pulumi.Input[str]
     kubernetes_service_account: str
     cluster: gcp.container.Cluster
+    iam_api: Sequence[pulumi.Resource] = ()  # the Service resources of the IAM ...
+    resource_manager_api: Sequence[pulumi.Resource] = ()  # ... and Resource Manager APIs
 
 
 def workload_identity_member(project: str, namespace: str, ksa: str) -> str:
@@ -39,10 +42,15 @@ class RayIdentity(pulumi.ComponentResource):
             account_id=args.account_id,
             display_name="NeMo RL Ray pods",
             project=args.project,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.iam_api)),
         )
         self.roles = grant_project_roles(
-            name, args.project, self.gcp_service_account.member, RAY_POD_ROLES, parent=self
+            name,
+            args.project,
+            self.gcp_service_account.member,
+            RAY_POD_ROLES,
+            parent=self,
+            apis=args.resource_manager_api,
         )
         # The identity pool <project>.svc.id.goog exists once a Workload Identity cluster does.
         self.binding = gcp.serviceaccount.IAMMember(

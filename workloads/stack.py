@@ -103,6 +103,8 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
             namespace=namespace,
             kubernetes_service_account=settings.kubernetes_service_account,
             cluster=infra.cluster.cluster,
+            iam_api=infra.services.needed_by("iam"),
+            resource_manager_api=infra.services.needed_by("cloudresourcemanager"),
         ),
         opts=provider,
     )

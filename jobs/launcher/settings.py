@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,16 @@ class ConfigError(pulumi.RunError):
 
     def __init__(self, key: str, value: Any, allowed: str) -> None:
         self.key, self.value, self.allowed = key, value, allowed
-        super().__init__(f"config '{key}' = {value!r} is not allowed: {allowed}")
+        shown = "is not set" if value is None else f"= {value!r} is not allowed"
+        super().__init__(f"config '{key}' {shown}: {allowed}")
+
+
+class UnknownKeyError(ConfigError):
+    """A config key the program does not read: it would be ignored without a word."""
+
+    def __init__(self, key: str, hint: str) -> None:
+        self.key, self.value, self.allowed = key, None, hint
+        pulumi.RunError.__init__(self, f"config '{key}' is not a key this program reads: {hint}")
 
 
 @dataclass(frozen=True)
@@ -284,7 +294,29 @@ _PLAIN_KEYS = (
 )  # fmt: skip
 
 
+_OBJECT_KEYS = ("extraOverrides",)
+
+
+def check_keys(project: str, keys: Iterable[str]) -> None:
+    """Refuse a key in this project's namespace that the program does not read (or in a near miss of the
+    namespace): it would be ignored without a word. Names the closest known key."""
+    known = [*_PLAIN_KEYS, *_OBJECT_KEYS]
+    for full_key in sorted(keys):
+        namespace, _, key = full_key.rpartition(":")
+        if namespace == project and key not in known:
+            match = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f"did you mean '{match[0]}'?" if match else "see the job stack's table in README.md"
+            raise UnknownKeyError(full_key, hint)
+        if namespace != project and difflib.get_close_matches(namespace, [project]):
+            raise UnknownKeyError(full_key, f"its namespace is not {project!r}; did you mean '{project}:{key}'?")
+
+
 def read_config() -> dict[str, Any]:
+    """The job settings, after refusing keys the program would ignore (`pulumi up` hands every key over in
+    PULUMI_CONFIG; mocks set the runtime's map)."""
+    check_keys(
+        pulumi.get_project(), set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env())
+    )
     config = pulumi.Config()
     values: dict[str, Any] = {key: config.get(key) for key in _PLAIN_KEYS if config.get(key) not in (None, "")}
     extra = config.get_object("extraOverrides")

@@ -346,6 +346,22 @@ def test_job_program_rejects_more_nodes_than_the_infra_has(infra_outputs):
         run_jobs("dev", infra_outputs, {"numNodes": 2})
 
 
+def test_job_program_refuses_unknown_keys_with_the_closest_one(infra_outputs):
+    with pytest.raises(ConfigError, match=r"'nemo-rl-jobs:numNode'.*did you mean 'numNodes'"):
+        run_jobs("dev", infra_outputs, {"numNode": 1})
+    project, config = load_stack_config(JOBS, "dev")
+    config["nemo-rl-job:runName"] = "x"  # a near miss of the project's namespace
+    with pytest.raises(ConfigError, match=r"did you mean 'nemo-rl-jobs:runName'"):
+        run_program(JOBS, config, stack="dev", stack_outputs={config[f"{project}:infraStack"]: infra_outputs["dev"]})
+
+
+def test_a_missing_job_setting_reads_not_set(infra_outputs):
+    outputs = {k: v for k, v in infra_outputs["dev"].items() if k != "rayAddress"}
+    with pytest.raises(ConfigError) as caught:
+        run_jobs("dev", {"dev": outputs})
+    assert "is not set" in str(caught.value) and "None" not in str(caught.value)
+
+
 def test_the_kubeconfig_stays_secret_in_the_job_stack(infra_outputs):
     """The infra stack's kubeconfig is its one secret output: the job stack must keep it encrypted."""
     assert INFRA_SECRET_OUTPUTS["h200"] == {"kubeconfig"}

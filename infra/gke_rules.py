@@ -1,0 +1,122 @@
+"""Google's own rules for what this stack creates, as data and pure functions, each with where it comes from.
+
+Settings validate against them before anything is registered; the components build from them. Sources:
+- CT: Cluster Toolkit (github.com/GoogleCloudPlatform/cluster-toolkit), module `modules/compute/gke-node-pool`
+  (its preconditions) and the blueprints `examples/gke-a3-ultragpu`, `examples/gke-a4`, read at commit 1047080
+  (2026-06-25);
+- GKE docs: cloud.google.com/kubernetes-engine/docs (pages named next to each rule);
+- GKE release notes: cloud.google.com/kubernetes-engine/docs/release-notes (and the per-channel pages).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# The default control-plane minor. GKE release notes (Regular channel, 2026-09-17): 1.35.8-gke.1036000 became the
+# default version for cluster creation; 1.33 and 1.34 left standard support in 2026 (GKE release schedule, as
+# mirrored by endoflife.date: 1.34 standard support until 2026-08-30, 1.35 until 2027-02-28). No release note later
+# than September 2026 was found here, so 1.35, the newest minor known to be creatable and supported in every
+# channel, is the conservative choice; Cluster Toolkit's A3 Ultra and A4 blueprints pin the same `1.35.` prefix.
+DEFAULT_GKE_VERSION = "1.35"
+
+_GKE_VERSION_RE = re.compile(r"^1\.([0-9]+)(?:\.([0-9]+)-gke\.([0-9]+))?$")
+
+
+def parse_gke_version(version: str) -> tuple[int, ...] | None:
+    """(minor, patch, gke build) of '1.32.2-gke.1475000'; (minor,) of a bare minor such as '1.35'; None if neither."""
+    match = _GKE_VERSION_RE.match(version)
+    if not match:
+        return None
+    return tuple(int(part) for part in match.groups() if part is not None)
+
+
+@dataclass(frozen=True)
+class VersionFloor:
+    version: str  # a full GKE version: the lowest that works
+    needed_by: str  # what needs it, as the error message names it
+    source: str
+
+
+# Managed Lustre CSI driver (always enabled here). GKE docs, "About the Managed Lustre CSI driver": cluster and node
+# version 1.33.2-gke.1111000 or later. (The older "Connect to an existing Managed Lustre instance" page allowed
+# 1.31.5-gke.1299000+, 1.32.1-gke.1673000+ and any 1.32.2+; the newer, stricter floor wins. It also makes the
+# 1.31-only rules moot: A3 Ultra on 1.31 needing driver LATEST, and Lustre's 1.31.5 patch floor.)
+LUSTRE_CSI_FLOOR = VersionFloor(
+    "1.33.2-gke.1111000", "the Managed Lustre CSI driver", "GKE docs: concepts/managed-lustre"
+)
+# Flex-start VMs for GPU node pools. GKE docs, "Run a large-scale workload with flex-start" (dws-flex-start-training).
+FLEX_START_FLOOR = VersionFloor(
+    "1.32.2-gke.1652000", "flex-start GPU nodes", "GKE docs: how-to/dws-flex-start-training"
+)
+
+
+def version_floors(gpu_floor: VersionFloor, provisioning: str) -> list[VersionFloor]:
+    """Every floor that applies to a stack: the GPU's own (RDMA), Lustre's, flex-start's when used."""
+    floors = [gpu_floor, LUSTRE_CSI_FLOOR]
+    if provisioning == "flexStart":
+        floors.append(FLEX_START_FLOOR)
+    return floors
+
+
+def below_floor(version: str, floor: VersionFloor) -> bool:
+    """True if `version` may be older than the floor. A bare minor is judged by its minor alone: GKE creates it at
+    that minor's current default patch, which is newer than any floor of the same minor listed here."""
+    wanted, minimum = parse_gke_version(version), parse_gke_version(floor.version)
+    assert wanted is not None and minimum is not None
+    return wanted[: len(minimum)] < minimum[: len(wanted)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Flex-start node pools
+
+# GKE docs (dws-flex-start-training): a flex-start VM runs at most 7 days; max_run_duration can only shorten that.
+FLEX_START_MAX_RUN_HOURS = 7 * 24
+
+
+def flex_start_violations(
+    *, flex_start: bool, spot: bool, auto_repair: bool, reservation_type: str, min_nodes: int
+) -> list[str]:
+    """The preconditions GKE puts on a flex-start pool; empty when the pool meets them all (or is not flex-start).
+
+    CT gke-node-pool/main.tf preconditions: "enable_flex_start needs node auto_repair set to false", flex-start
+    requires consume_reservation_type NO_RESERVATION, flex-start and spot cannot both be set; GKE docs
+    (dws-flex-start-training) and xpk (`--no-enable-autorepair`, `--reservation-affinity=none`) create the pool
+    with autoscaling from 0 nodes."""
+    if not flex_start:
+        return []
+    problems = []
+    if auto_repair:
+        problems.append("auto-repair must be off (CT: 'enable_flex_start needs node auto_repair set to false')")
+    if spot:
+        problems.append("flex-start and spot cannot both be set (CT gke-node-pool precondition)")
+    if reservation_type != "NO_RESERVATION":
+        problems.append(f"reservation affinity must be NO_RESERVATION, not {reservation_type} (CT precondition)")
+    if min_nodes != 0:
+        problems.append(f"the pool must autoscale from 0 nodes, not {min_nodes} (GKE docs, xpk)")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Maintenance policy
+
+# Scopes a maintenance exclusion may have with end-time behaviour UNTIL_END_OF_SUPPORT (CT gke-cluster variables.tf
+# validation; pulumi-gcp ClusterMaintenancePolicyMaintenanceExclusionExclusionOptions). NO_UPGRADES is left out: it
+# needs an end time of at most 30 days, so it cannot guard a cluster for its life.
+MAINTENANCE_EXCLUSION_SCOPES = ("NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES")
+# Both blueprints (gke-a3-ultragpu.yaml, gke-a4.yaml) exclude NO_MINOR_OR_NODE_UPGRADES until the end of support:
+# GKE then never drains a GPU node for an upgrade during a training run; control-plane patches still apply.
+DEFAULT_MAINTENANCE_EXCLUSION = "NO_MINOR_OR_NODE_UPGRADES"
+# The exclusion's start: a fixed past date, as the blueprints use (2025-12-01 there), so the plan stays the same
+# from one run to the next; the exclusion is in force from creation.
+MAINTENANCE_EXCLUSION_START = "2026-01-01T00:00:00Z"
+# CT gke-cluster's default daily window (variables.tf `maintenance_start_time`), HH:MM in UTC; GKE makes it 4 hours.
+DEFAULT_MAINTENANCE_WINDOW_START = "09:00"
+
+# ---------------------------------------------------------------------------------------------------------------
+# Networks
+
+# MTU of the second gVNIC network. The CT gke-a3-ultragpu and gke-a4 blueprints build both gVNIC networks with the
+# `modules/network/vpc` module, whose default MTU is 8896 (variables.tf), and xpk uses 8896 for A3 Ultra and A4;
+# 8244 is the A3 Mega (GPUDirect-TCPXO) value.
+GVNIC_MTU = 8896
