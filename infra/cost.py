@@ -43,7 +43,7 @@ class CostEstimate:
     lustre_monthly: float | None
     per_hour_while_gpus_run: float
     per_hour_idle: float
-    per_month_after_destroy: float
+    per_month_after_destroy: float | None  # None: the protected Lustre instance keeps billing, at no known price
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -116,7 +116,7 @@ def estimate(inputs: CostInputs) -> CostEstimate:
         per_hour_while_gpus_run=always + running_gpu_nodes * (gpu or 0.0),
         per_hour_idle=always + idle_gpu_nodes * (gpu or 0.0),
         # With protectData, `pulumi destroy --exclude-protected` keeps the Lustre instance, which bills on.
-        per_month_after_destroy=(lustre or 0.0) if inputs.protect_data else 0.0,
+        per_month_after_destroy=lustre if inputs.protect_data else 0.0,
         notes=notes,
     )
 
@@ -126,13 +126,15 @@ def dollars(value: float | None) -> str:
 
 
 def summary_lines(output: dict[str, Any]) -> list[str]:
-    """The estimate as `make plan` prints it and the README quotes it."""
+    """The estimate as `make plan` prints it and the README quotes it. A total that leaves out an item without a
+    price reads "at least"."""
+    floor = "" if output["complete"] else "at least "
     lines = [
-        f"per hour while the GPUs run: {dollars(output['perHourWhileGpusRun'])}",
-        f"per hour idle (no run):      {dollars(output['perHourIdle'])}",
+        f"per hour while the GPUs run: {floor}{dollars(output['perHourWhileGpusRun'])}",
+        f"per hour idle (no run):      {floor}{dollars(output['perHourIdle'])}",
         f"one GPU node per hour:       {dollars(output['gpuNodePerHour'])}",
         f"Lustre per month:            {dollars(output['lustrePerMonth'])}",
-        f"per month after destroy:     {dollars(output['perMonthAfterDestroy'])} (protected Lustre)",
+        f"per month after destroy:     {dollars(output['perMonthAfterDestroy'])} (what protectData keeps: Lustre)",
     ]
     lines += [f"note: {note}" for note in output["notes"]]
     lines.append(f"prices read on {output['pricesReadOn']} (infra/prices.py); totals leave out unknown items")

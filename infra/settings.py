@@ -395,10 +395,17 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         raise ConfigError("rayVersion", ray_version, "a Ray release such as 2.49.2")
 
     # On by default where idle GPUs cost money that can be saved (spot, flex-start); a reservation bills anyway.
-    gpu_autoscaling = _as_bool("rayAutoscaling", values.get("rayAutoscaling", provisioning != "reservation"))
+    # Empty (the declared default) means: by provisioning mode.
+    autoscaling_raw = values.get("rayAutoscaling")
+    gpu_autoscaling = (
+        _as_bool("rayAutoscaling", autoscaling_raw)
+        if autoscaling_raw not in (None, "")
+        else provisioning != "reservation"
+    )
     idle_timeout = _as_int("rayIdleTimeoutSeconds", values.get("rayIdleTimeoutSeconds", 600))
-    if not IDLE_TIMEOUT_RANGE[0] <= idle_timeout <= IDLE_TIMEOUT_RANGE[1]:
-        raise ConfigError("rayIdleTimeoutSeconds", idle_timeout, "%d..%d seconds" % IDLE_TIMEOUT_RANGE)
+    shortest, longest = IDLE_TIMEOUT_RANGE
+    if not shortest <= idle_timeout <= longest:
+        raise ConfigError("rayIdleTimeoutSeconds", idle_timeout, f"{shortest}..{longest} seconds")
 
     ray_head = _pod_resources("rayHead", values.get("rayHead"), PodResources(cpu="64", memory="500G"))
     head_extra = (AUTOSCALER,) if gpu_autoscaling else ()

@@ -147,7 +147,8 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         isinstance(client_address, str) and re.match(r"^ray://[a-z0-9.\-]+:[0-9]+$", client_address)
     ):
         raise ConfigError("infraStack output 'rayClientAddress'", client_address, "ray://HOST:PORT when rayAutoscaling")
-    cost = outputs.get("estimatedCost") if isinstance(outputs.get("estimatedCost"), dict) else {}
+    found = outputs.get("estimatedCost")
+    cost: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     hourly = cost.get("gpuNodePerHour")
     return InfraOutputs(
         namespace=need("namespace", str),

@@ -160,7 +160,7 @@ def test_no_request_while_the_head_does_not_answer():
 def standing_request(gcs_address: str) -> object:
     """The autoscaler's standing resource request, read from the head's GCS key-value store where the
     autoscaler reads it (ray.autoscaler.sdk.request_resources writes it there)."""
-    from ray._raylet import GcsClient
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
     from ray.autoscaler._private.constants import AUTOSCALER_RESOURCE_REQUEST_CHANNEL
 
     raw = GcsClient(address=gcs_address).internal_kv_get(AUTOSCALER_RESOURCE_REQUEST_CHANNEL, None)
