@@ -65,7 +65,8 @@ plan: $(BIN)/.runtime
 # Refresh the checked-in plans the tests compare with; review the diff (git diff tests/golden) before committing.
 golden: $(BIN)/.installed
 	@for stack in $(STACKS); do $(BIN)/python tools/plan.py --stack $$stack --out tests/golden --quiet || exit 1; done
-	@git status --short tests/golden || true
+	@$(BIN)/python tools/readme_cost.py
+	@git status --short tests/golden README.md || true
 
 clean:
 	rm -rf build .mypy_cache .pytest_cache .ruff_cache

@@ -108,6 +108,9 @@ class InfraSettings:
     maintenance_window_start: str
     maintenance_exclusion: str | None
     max_run_hours: int | None
+    # KubeRay's in-tree autoscaler: GPU workers from 0 up to rayWorkerReplicas and back to 0 after the idle timeout.
+    gpu_autoscaling: bool = False
+    idle_timeout_seconds: int = 600
 
     @property
     def gke_minor(self) -> str:
@@ -258,12 +261,26 @@ def _pod_resources(key: str, raw: Any, default: PodResources) -> PodResources:
 
 # The fluent-bit sidecar beside every Ray container: it must fit on the node too.
 LOG_SIDECAR = PodResources(cpu="200m", memory="256Mi")
+# The autoscaler container KubeRay adds to the head pod when in-tree autoscaling is on (KubeRay's own default size,
+# set explicitly so the sizing check and the pod agree).
+AUTOSCALER = PodResources(cpu="500m", memory="512Mi")
+# Idle GPU workers are released after this long; GPU nodes take minutes to come back, so not KubeRay's 60 s.
+IDLE_TIMEOUT_RANGE = (60, 86_400)
 
 
-def check_fits(key: str, resources: PodResources, machine_type: str, vcpus: int, memory_gb: int) -> None:
-    """Raise unless the Ray container plus its log sidecar fit what the node leaves to pods."""
-    cpu_free = allocatable_cpu(vcpus) - cpu_cores(LOG_SIDECAR.cpu)
-    memory_free = allocatable_memory_bytes(memory_gb * 10**9) - memory_bytes(LOG_SIDECAR.memory)
+def check_fits(
+    key: str,
+    resources: PodResources,
+    machine_type: str,
+    vcpus: int,
+    memory_gb: int,
+    extra: tuple[PodResources, ...] = (),
+) -> None:
+    """Raise unless the Ray container plus its log sidecar (and any `extra` containers) fit what the node leaves
+    to pods."""
+    beside = (LOG_SIDECAR, *extra)
+    cpu_free = allocatable_cpu(vcpus) - sum(cpu_cores(c.cpu) for c in beside)
+    memory_free = allocatable_memory_bytes(memory_gb * 10**9) - sum(memory_bytes(c.memory) for c in beside)
     if cpu_cores(resources.cpu) > cpu_free:
         raise ConfigError(f"{key}.cpu", resources.cpu, f"at most {cpu_free:.1f} cores on {machine_type} ({vcpus} vCPU)")
     if memory_bytes(resources.memory) > memory_free:
@@ -413,9 +430,22 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         raise ConfigError("rayVersion", ray_version, "a Ray release such as 2.49.2")
 
     maintenance_window_start, maintenance_exclusion = _maintenance(values)
+    # On by default where idle GPUs cost money that can be saved (spot, flex-start); a reservation bills anyway.
+    # Empty (the declared default) means: by provisioning mode.
+    autoscaling_raw = values.get("rayAutoscaling")
+    gpu_autoscaling = (
+        _as_bool("rayAutoscaling", autoscaling_raw)
+        if autoscaling_raw not in (None, "")
+        else provisioning != "reservation"
+    )
+    idle_timeout = _as_int("rayIdleTimeoutSeconds", values.get("rayIdleTimeoutSeconds", 600))
+    shortest, longest = IDLE_TIMEOUT_RANGE
+    if not shortest <= idle_timeout <= longest:
+        raise ConfigError("rayIdleTimeoutSeconds", idle_timeout, f"{shortest}..{longest} seconds")
 
     ray_head = _pod_resources("rayHead", values.get("rayHead"), PodResources(cpu="64", memory="500G"))
-    check_fits("rayHead", ray_head, cpu_machine_type, cpu_machine.vcpus, cpu_machine.memory_gb)
+    head_extra = (AUTOSCALER,) if gpu_autoscaling else ()
+    check_fits("rayHead", ray_head, cpu_machine_type, cpu_machine.vcpus, cpu_machine.memory_gb, head_extra)
     ray_worker = _pod_resources("rayWorker", values.get("rayWorker"), PodResources(cpu="206", memory="2400Gi"))
     check_fits("rayWorker", ray_worker, preset.machine_type, preset.vcpus, preset.memory_gb)
 
@@ -448,6 +478,8 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         maintenance_window_start=maintenance_window_start,
         maintenance_exclusion=maintenance_exclusion,
         max_run_hours=_max_run_hours(values, provisioning),
+        gpu_autoscaling=gpu_autoscaling,
+        idle_timeout_seconds=idle_timeout,
     )
 
 
@@ -457,6 +489,7 @@ _PLAIN_KEYS = (
     "gkeVersion", "releaseChannel", "cpuMachineType", "cpuPoolMinNodes", "cpuPoolMaxNodes", "protectData",
     "deletionProtection", "namespace", "kubernetesServiceAccount", "nemoRlImage", "rayVersion", "shmSize",
     "maintenanceWindowStart", "maintenanceExclusion", "maxRunHours",
+    "rayAutoscaling", "rayIdleTimeoutSeconds",
 )  # fmt: skip
 _OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker")
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pulumi
 
 from infra.cluster import ClusterArgs, GkeCluster
+from infra.cost import CostInputs, estimate
 from infra.gpu_pool import GpuNodePool, GpuNodePoolArgs
 from infra.lustre import LustreArgs, ManagedLustre
 from infra.network import Networks, NetworksArgs
@@ -88,6 +89,22 @@ def build_infra(settings: InfraSettings) -> Infra:
     return Infra(networks=networks, cluster=cluster, gpu_pool=gpu_pool, lustre=lustre, services=services)
 
 
+def cost_inputs(settings: InfraSettings) -> CostInputs:
+    return CostInputs(
+        region=settings.region,
+        gpu_machine_type=settings.preset.machine_type,
+        gpu_provisioning=settings.gpu_provisioning,
+        gpu_nodes=settings.gpu_nodes,
+        ray_worker_replicas=settings.ray_worker_replicas,
+        gpu_autoscaling=settings.gpu_autoscaling,
+        cpu_machine_type=settings.cpu_machine_type,
+        cpu_nodes=settings.cpu_pool_min_nodes,
+        lustre_capacity_gib=settings.lustre.capacity_gib,
+        lustre_tier=settings.lustre.throughput_mbps_per_tib,
+        protect_data=settings.protect_data,
+    )
+
+
 def export_infra(settings: InfraSettings, infra: Infra) -> None:
     """Stack outputs the workloads and the job stack read. Names are a contract: change them with care."""
     pulumi.export("project", settings.project)
@@ -112,3 +129,6 @@ def export_infra(settings: InfraSettings, infra: Infra) -> None:
     pulumi.export("gpuMachineType", settings.preset.machine_type)
     pulumi.export("gpuNodes", settings.gpu_nodes)
     pulumi.export("rayWorkerReplicas", settings.ray_worker_replicas)
+    pulumi.export("rayAutoscaling", settings.gpu_autoscaling)
+    # Dollars from the dated table in infra/prices.py; `make plan` prints it, the job stack prices a run with it.
+    pulumi.export("estimatedCost", estimate(cost_inputs(settings)).as_output())

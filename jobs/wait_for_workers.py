@@ -1,6 +1,7 @@
 """Wait until the Ray cluster has the GPU workers a run needs, before the pipeline submits anything.
 
     python wait_for_workers.py --address http://HOST:8265 --nodes N --gpus-per-node G [--timeout-s S] [--poll-s S]
+                               [--request-address ray://HOST:10001]
 
 Runs in the submitter pod, before the first Ray job. GPU nodes start from zero and can take long to arrive (a
 reservation being filled, flex-start capacity, a tens-of-GB image pull); a Ray job submitted before them would
@@ -10,6 +11,12 @@ here costs nothing: a timeout exits 4, the Kubernetes Job starts a new pod, and 
 It asks the head's State API (`ray.util.state.list_nodes`, over the same HTTP port as the Jobs API) for alive
 nodes and counts those with at least G GPUs. Exit codes: 0 ready, 4 not ready in time or Ray unreachable,
 2 usage. Standard library and Ray's own client only.
+
+With --request-address (the GPU group scales from zero under KubeRay's autoscaler), waiting alone would wait
+forever: nothing asks for the nodes. So when fewer than N workers are up, it first asks the autoscaler for N
+bundles of G GPUs (`ray.autoscaler.sdk.request_resources`, through Ray Client), then waits as above. The request
+is withdrawn when the wait ends, ready or not: a standing request would keep the GPUs from ever scaling back to
+zero. The run's own placement groups keep the workers busy from then on; a retried pod asks again.
 """
 
 from __future__ import annotations
@@ -42,6 +49,31 @@ def alive_nodes(address: str) -> list[dict[str, object]]:
     return [{"state": node.state, "resources_total": dict(node.resources_total or {})} for node in nodes]
 
 
+Bundles = list[dict[str, int]]  # request_resources wants int values
+
+
+def _set_request_on_cluster(bundles: Bundles) -> None:
+    from ray.autoscaler.sdk import request_resources
+
+    request_resources(bundles=bundles)
+
+
+def ray_client_request(address: str) -> Callable[[Bundles], None]:
+    """A function that sets the autoscaler's standing resource request on the cluster at `address` (ray://...).
+
+    The SDK call needs the cluster's GCS client, which a Ray Client driver does not have, so it runs as a
+    zero-CPU task on the cluster (on the head, since the GPU workers may not exist yet)."""
+
+    def request(bundles: Bundles) -> None:
+        import ray
+
+        with ray.init(address=address, logging_level="WARNING"):
+            task = ray.remote(num_cpus=0)(_set_request_on_cluster)
+            ray.get(task.remote(bundles), timeout=120)
+
+    return request
+
+
 def wait(
     list_nodes: Callable[[], list[dict[str, object]]],
     nodes: int,
@@ -51,26 +83,49 @@ def wait(
     say: Callable[[str], None],
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    request: Callable[[Bundles], None] | None = None,
 ) -> bool:
-    """Poll until `nodes` GPU workers are alive; say how many there are whenever that changes."""
+    """Poll until `nodes` GPU workers are alive; say how many there are whenever that changes. With `request`,
+    ask for the missing workers once the head answers and they are not all there, and withdraw it at the end."""
     deadline = clock() + timeout_s
     last_seen: int | None = None
-    while True:
-        try:
-            ready = gpu_workers(list_nodes(), gpus_per_node)
-        except Exception as exc:  # the head may be restarting: keep waiting, within the deadline
-            ready = -1
-            if last_seen != -1:
-                say(f"the Ray head does not answer yet ({type(exc).__name__}: {str(exc)[:200]})")
-        else:
-            if ready != last_seen:
-                say(f"{ready} of {nodes} Ray GPU workers ({gpus_per_node} GPUs each) are up")
-        last_seen = ready
-        if ready >= nodes:
-            return True
-        if clock() >= deadline:
-            return False
-        sleep(min(poll_s, max(0.0, deadline - clock())))
+    requested = False
+    last_problem = ""
+    try:
+        while True:
+            try:
+                ready = gpu_workers(list_nodes(), gpus_per_node)
+            except Exception as exc:  # the head may be restarting: keep waiting, within the deadline
+                ready = -1
+                if last_seen != -1:
+                    say(f"the Ray head does not answer yet ({type(exc).__name__}: {str(exc)[:200]})")
+            else:
+                if ready != last_seen:
+                    say(f"{ready} of {nodes} Ray GPU workers ({gpus_per_node} GPUs each) are up")
+            last_seen = ready
+            if ready >= nodes:
+                return True
+            if request is not None and not requested and ready >= 0:
+                try:
+                    request([{"GPU": gpus_per_node}] * nodes)
+                except Exception as exc:  # Ray Client not reachable yet: try again at the next look
+                    problem = f"could not ask the autoscaler yet ({type(exc).__name__}: {str(exc)[:200]})"
+                    if problem != last_problem:
+                        say(problem)
+                    last_problem = problem
+                else:
+                    requested = True
+                    say(f"asked the Ray autoscaler for {nodes} workers of {gpus_per_node} GPUs")
+            if clock() >= deadline:
+                return False
+            sleep(min(poll_s, max(0.0, deadline - clock())))
+    finally:
+        if requested and request is not None:
+            try:
+                request([])
+                say("withdrew the autoscaler request (idle workers may scale down again)")
+            except Exception as exc:
+                say(f"could not withdraw the autoscaler request ({type(exc).__name__}: {str(exc)[:200]})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus-per-node", type=int, required=True, help="GPUs each worker must offer")
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="give up (exit 4) after this long")
     parser.add_argument("--poll-s", type=float, default=15.0, help="seconds between looks")
+    parser.add_argument(
+        "--request-address", help="Ray Client address (ray://HOST:10001): ask the autoscaler for the workers first"
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -92,7 +150,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wait_for_workers: {message}", flush=True)
 
     say(f"waiting up to {args.timeout_s:g} s for {args.nodes} GPU workers at {args.address}")
-    if wait(lambda: alive_nodes(args.address), args.nodes, args.gpus_per_node, args.timeout_s, args.poll_s, say):
+    request = ray_client_request(args.request_address) if args.request_address else None
+    if wait(
+        lambda: alive_nodes(args.address),
+        args.nodes,
+        args.gpus_per_node,
+        args.timeout_s,
+        args.poll_s,
+        say,
+        request=request,
+    ):
         say("ready")
         return EXIT_READY
     say(

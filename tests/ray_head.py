@@ -153,6 +153,22 @@ def _kill_all(pids: set[int]) -> None:
             return
 
 
+_CLIENT_ADDRESS: dict[str, str] = {}
+_GCS_ADDRESS: dict[str, str] = {}
+
+
+@pytest.fixture(scope="session")
+def ray_client_address(ray_address: str) -> str:
+    """Ray Client address (ray://127.0.0.1:PORT) of the same head."""
+    return _CLIENT_ADDRESS[ray_address]
+
+
+@pytest.fixture(scope="session")
+def ray_gcs_address(ray_address: str) -> str:
+    """GCS address (127.0.0.1:PORT) of the same head, for reading what the cluster itself stores."""
+    return _GCS_ADDRESS[ray_address]
+
+
 @pytest.fixture(scope="session")
 def ray_address() -> Iterator[str]:
     temp_dir = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
@@ -199,6 +215,8 @@ def ray_address() -> Iterator[str]:
         started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
         assert started.returncode == 0, f"ray start failed:\n{started.stdout}\n{started.stderr}"
         wait_for(lambda: _api_answers(address), 90, "the Ray Jobs API")
+        _CLIENT_ADDRESS[address] = f"ray://127.0.0.1:{client_server}"
+        _GCS_ADDRESS[address] = gcs_address
         assert not _wide_listeners(_ray_processes(temp_dir, gcs_address)), "Ray must listen on 127.0.0.1 only"
         yield address
     finally:

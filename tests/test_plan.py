@@ -16,7 +16,7 @@ import yaml
 from conftest import ROOT
 
 from infra.gke_rules import MAINTENANCE_EXCLUSION_START
-from tools import checkov_gate, plan
+from tools import checkov_gate, plan, readme_cost
 from tools.render import is_built_in
 
 STACKS = sorted(plan.EXAMPLE_STACKS)  # never a user's own stack: it has no golden plan
@@ -398,3 +398,51 @@ def test_path_overrides_nest_as_the_cli_stores_them():
         "nemo-rl-gke:lustre": {"filesystem": "fs", "capacityGib": 36000},
         "nemo-rl-gke:networkRanges": {"rdmaSubnets": [None, "10.9.0.0/24"]},
     }
+
+
+# --- Cost: exported by both stacks, printed by the summary, quoted by the README -----------------------------------
+
+
+def test_cost_outputs_and_cost_file(rendered: Rendered):
+    outputs = rendered.outputs()
+    cost = outputs["infra"]["estimatedCost"]
+    assert cost["currency"] == "USD" and cost["pricesReadOn"]
+    for key in ("perHourWhileGpusRun", "perHourIdle", "gpuNodePerHour", "lustrePerMonth", "perMonthAfterDestroy"):
+        assert key in cost
+    assert cost["perHourWhileGpusRun"] >= cost["perHourIdle"] > 0  # the CPU node always runs and has a price
+    assert cost["complete"] == (cost["notes"] == [])
+    run = outputs["jobs"]["estimatedRun"]
+    assert run["gpuHours"] > 0 and ("usd" in run)
+    text = rendered.files["cost.txt"]
+    assert text == plan.cost_text(rendered.plan)
+    assert "per hour while the GPUs run:" in text and "GPU-hours" in text
+    for note in cost["notes"]:
+        assert f"note: {note}" in text
+
+
+def test_readme_quotes_the_golden_cost_of_every_stack():
+    readme = (ROOT / "README.md").read_text()
+    for stack in STACKS:
+        golden = (GOLDEN / stack / "cost.txt").read_text()
+        assert readme_cost.quoted(readme, stack) == golden, (
+            f"README.md's cost block for {stack} is not tests/golden/{stack}/cost.txt: run `make golden`"
+        )
+
+
+def test_readme_cost_tool_replaces_only_the_blocks():
+    readme = "intro\n<!-- cost:dev -->\nold\n<!-- /cost:dev -->\nmiddle $1\n<!-- cost:b200 -->\n<!-- /cost:b200 -->\n"
+    new = readme_cost.updated(readme, {"dev": "per hour: $5.76\n", "b200": "x \\1 y\n"})
+    assert readme_cost.quoted(new, "dev") == "per hour: $5.76\n"
+    assert readme_cost.quoted(new, "b200") == "x \\1 y\n"  # taken literally, not as a regex template
+    assert new.startswith("intro\n") and "middle $1\n" in new
+    with pytest.raises(SystemExit, match="no <!-- cost:h200 --> block"):
+        readme_cost.updated(readme, {"h200": "x\n"})
+
+
+def test_summary_prints_the_cost(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    assert plan.main(["--stack", "dev", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Estimated cost (USD, list prices):" in out
+    for line in (tmp_path / "dev" / "cost.txt").read_text().splitlines():
+        assert f"    {line}" in out
+    assert "per hour idle (no run):" in out and "$" in out

@@ -352,3 +352,25 @@ def test_quantities_and_allocatable():
     assert allocatable_cpu(224) == pytest.approx(224 - 0.63 - 2)
     # 16 GiB: 1 + 0.8 + 0.8 = 2.6 GiB reserved, 100 MiB eviction, 8 GiB DaemonSets.
     assert allocatable_memory_bytes(16 * 2**30) == int(16 * 2**30 - 2.6 * 2**30 - 100 * 2**20 - 8 * 2**30)
+
+
+# --- GPU autoscaling (KubeRay in-tree autoscaler) ---------------------------------------------------------------
+
+
+def test_autoscaling_keys_are_validated():
+    spot = {**BASE, "reservation": None, "gpuProvisioning": "spot"}
+    with pytest.raises(ConfigError, match=r"'rayIdleTimeoutSeconds' = 30 is not allowed: 60\.\.86400 seconds"):
+        build_settings({**spot, "rayIdleTimeoutSeconds": 30})
+    with pytest.raises(ConfigError, match="'rayAutoscaling' = 'sometimes'"):
+        build_settings({**spot, "rayAutoscaling": "sometimes"})
+    assert build_settings({**spot, "rayAutoscaling": "false"}).gpu_autoscaling is False
+    assert build_settings({**spot, "rayAutoscaling": ""}).gpu_autoscaling is True  # empty: by mode
+
+
+def test_the_head_must_leave_room_for_the_autoscaler():
+    # 77.5 cores fit n2-highmem-80 beside the log sidecar, but not beside the autoscaler as well (0.5 more).
+    head = {"cpu": "77.5", "memory": "400G"}
+    fixed = {**BASE, "cpuMachineType": "n2-highmem-80", "rayHead": head}
+    assert build_settings(fixed).ray_head.cpu == "77.5"  # reservation: autoscaler off by default
+    with pytest.raises(ConfigError, match=r"'rayHead\.cpu' = '77\.5'.*at most 77\.0 cores on n2-highmem-80"):
+        build_settings({**fixed, "rayAutoscaling": True})

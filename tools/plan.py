@@ -8,6 +8,7 @@ placeholder secrets, and writes build/<stack>/:
   resources.txt, resources.json     the resource tree: type, name, key properties, what each depends on
   outputs.json                      both stacks' outputs, secret outputs as "[secret]"
   timeline.txt                      the modeled provisioning timeline (tools/timeline.py)
+  cost.txt                          the estimated cost (infra estimatedCost, job estimatedRun), as the README quotes it
 Everything written is deterministic (sorted keys, stable order, no timestamps, no absolute paths), so a checked-in
 copy (tests/golden/) shows any change to what gets deployed in review. The folder is replaced as a whole, but only
 when it is an earlier plan output (or empty): another folder in its place is an error (exit 2), not deleted.
@@ -31,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python tools/plan.py` puts tools/ first, not the repository
     sys.path.insert(0, str(ROOT))
 
+from infra.cost import dollars, summary_lines  # noqa: E402
 from tools import timeline  # noqa: E402
 from tools.offline import (  # noqa: E402
     REDACTED,
@@ -392,6 +394,22 @@ def timeline_text(plan: Plan) -> str:
     return timeline.render(plan.timeline, lustre_label="Instance/lustre", cluster_label="Cluster/gke")
 
 
+def cost_text(plan: Plan) -> str:
+    """The infra stack's estimatedCost and the job stack's estimatedRun, in dollars (README's cost section)."""
+    cost = plan.infra.outputs.get("estimatedCost")
+    if not isinstance(cost, dict):
+        return "no estimatedCost output\n"
+    lines = summary_lines(cost)
+    run = plan.jobs.outputs.get("estimatedRun")
+    if isinstance(run, dict):
+        lines.insert(
+            -1,
+            f"one run (training steps only): {run['nodes']} GPU node(s) x {run['steps']} steps x "
+            f"{run['secondsPerStep']:g} s = {run['gpuHours']:g} GPU-hours, {dollars(run['usd'])}",
+        )
+    return "\n".join(lines) + "\n"
+
+
 def render_files(plan: Plan) -> dict[str, str]:
     """Relative path -> content: everything `make plan` writes under build/<stack>/."""
     files: dict[str, str] = {}
@@ -405,6 +423,7 @@ def render_files(plan: Plan) -> dict[str, str]:
     files["resources.txt"] = resource_text(entries)
     files["outputs.json"] = to_json({"infra": redacted_outputs(plan.infra), "jobs": redacted_outputs(plan.jobs)})
     files["timeline.txt"] = timeline_text(plan)
+    files["cost.txt"] = cost_text(plan)
     return dict(sorted(files.items()))
 
 
@@ -470,6 +489,8 @@ def summary(plan: Plan, out_dir: Path, files: Mapping[str, str]) -> str:
         lines.append(
             f"  Lustre: {capacity} GiB at {tier} MB/s per TiB = {capacity / 1024 * tier / 1000:.1f} GB/s aggregate"
         )
+    lines.append("  Estimated cost (USD, list prices):")
+    lines += [f"    {line}" for line in cost_text(plan).splitlines()]
     for name, run in (("infra", plan.infra), ("jobs", plan.jobs)):
         lines.append(f"  {name} stack outputs:")
         for key, value in redacted_outputs(run).items():

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from infra.settings import LOG_SIDECAR, InfraSettings, PodResources
+from infra.settings import AUTOSCALER, LOG_SIDECAR, InfraSettings, PodResources
 from infra.sizing import memory_bytes
 from workloads.nics import DEFAULT_INTERFACE, extra_nics, pod_network_annotations
 
@@ -215,7 +215,7 @@ def _head_shm_size(settings: InfraSettings) -> str:
 def _head(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
     return {
         "rayVersion": settings.ray_version,
-        "enableInTreeAutoscaling": False,
+        "enableInTreeAutoscaling": settings.gpu_autoscaling,
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
         "labels": {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": "ray-head"},
         "serviceAccountName": refs.service_account,
@@ -251,16 +251,31 @@ def _head(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
             {"name": VOLUME_DATA, "mountPath": LUSTRE_MOUNT_PATH},
         ],
         "sidecarContainers": [_log_sidecar(settings)],
+        **({"autoscalerOptions": _autoscaler_options(settings)} if settings.gpu_autoscaling else {}),
+    }
+
+
+def _autoscaler_options(settings: InfraSettings) -> dict[str, Any]:
+    """KubeRay's autoscaler container in the head pod. No image is set: KubeRay then runs the autoscaler from the
+    head's own image, the pinned NeMo RL image, whose Ray version matches the cluster's."""
+    return {
+        "idleTimeoutSeconds": settings.idle_timeout_seconds,
+        "upscalingMode": "Default",
+        "imagePullPolicy": "IfNotPresent",
+        # Exactly what infra.settings.check_fits reserved for it beside the head.
+        "resources": _fixed_resources(_pod_resources(AUTOSCALER)),
     }
 
 
 def _gpu_workers(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
     preset = settings.preset
     replicas = settings.ray_worker_replicas
+    # With the autoscaler the group starts empty and grows when a run asks for GPUs (jobs/wait_for_workers.py).
+    floor = 0 if settings.gpu_autoscaling else replicas
     return {
         "disabled": False,
-        "replicas": replicas,
-        "minReplicas": replicas,
+        "replicas": floor,
+        "minReplicas": floor,
         "maxReplicas": replicas,
         "numOfHosts": 1,
         "labels": {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": "ray-worker"},

@@ -162,6 +162,8 @@ def export_workloads(settings: InfraSettings, workloads: Workloads) -> None:
     pulumi.export("rayHeadService", head_dns)
     pulumi.export("rayDashboardPort", DASHBOARD_PORT)
     pulumi.export("rayAddress", f"http://{head_dns}:{DASHBOARD_PORT}")
+    # Ray Client, through which the submitter asks the autoscaler for GPU workers (ray.autoscaler.sdk).
+    pulumi.export("rayClientAddress", f"ray://{head_dns}:{CLIENT_PORT}")
     pulumi.export("lustrePvcName", workloads.volume.pvc.metadata.name)
     pulumi.export("lustreMountPath", LUSTRE_MOUNT_PATH)
     pulumi.export("secretName", workloads.tokens.secret.metadata.name)

@@ -194,6 +194,9 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
         f"--gpus-per-node={infra.gpus_per_node}",
         f"--timeout-s={job.wait_for_workers_minutes * 60}",
     ]
+    if infra.ray_autoscaling and infra.ray_client_address:
+        # The GPU group starts at zero: ask the autoscaler for the workers, then wait for them.
+        wait.append(f"--request-address={infra.ray_client_address}")
     lines = [
         "set -euo pipefail",
         f"mkdir -p {shlex.quote(scripts)}",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time as _time
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,94 @@ def test_unreachable_head_and_usage_errors():
     assert "does not answer yet" in gone.stdout
     assert run_script("--nodes", "1").returncode == wfw.EXIT_USAGE
     assert run_script("--address", "http://x:8265", "--nodes", "0", "--gpus-per-node", "8").returncode == wfw.EXIT_USAGE
+
+
+# --- Asking the autoscaler for the workers (GPU group scaled to zero) -------------------------------------------
+
+
+def test_asks_for_missing_workers_once_then_withdraws_when_ready():
+    time = FakeTime()
+    arrivals = iter([[node(0)], [node(0)], [node(0), node(8), node(8)]])
+    requests: list[list[dict[str, int]]] = []
+    said: list[str] = []
+    ready = wfw.wait(lambda: next(arrivals), 2, 8, 600, 10, said.append, time.clock, time.sleep, requests.append)
+    assert ready is True
+    assert requests == [[{"GPU": 8}, {"GPU": 8}], []]  # asked once, withdrawn at the end
+    assert "asked the Ray autoscaler for 2 workers of 8 GPUs" in said
+    assert said[-1].startswith("withdrew the autoscaler request")
+
+
+def test_no_request_when_the_workers_are_already_there():
+    time = FakeTime()
+    requests: list[list[dict[str, int]]] = []
+    assert wfw.wait(lambda: [node(8), node(8)], 2, 8, 600, 10, [].append, time.clock, time.sleep, requests.append)
+    assert requests == []
+
+
+def test_request_withdrawn_on_timeout_and_retried_after_a_failure():
+    time = FakeTime()
+    calls: list[list[dict[str, int]]] = []
+
+    def request(bundles: list[dict[str, int]]) -> None:
+        calls.append(bundles)
+        if len(calls) == 1:
+            raise ConnectionError("client server not up")
+
+    said: list[str] = []
+    assert wfw.wait(lambda: [node(0)], 1, 8, 30, 10, said.append, time.clock, time.sleep, request) is False
+    assert calls == [[{"GPU": 8}], [{"GPU": 8}], []]  # failed, asked again, withdrawn at the deadline
+    assert any(s.startswith("could not ask the autoscaler yet (ConnectionError") for s in said)
+
+
+def test_no_request_while_the_head_does_not_answer():
+    time = FakeTime()
+    requests: list[list[dict[str, int]]] = []
+
+    def down() -> list[dict[str, object]]:
+        raise ConnectionError("refused")
+
+    assert wfw.wait(down, 1, 8, 20, 10, [].append, time.clock, time.sleep, requests.append) is False
+    assert requests == []
+
+
+def standing_request(gcs_address: str) -> object:
+    """The autoscaler's standing resource request, read from the head's GCS key-value store where the
+    autoscaler reads it (ray.autoscaler.sdk.request_resources writes it there)."""
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+    from ray.autoscaler._private.constants import AUTOSCALER_RESOURCE_REQUEST_CHANNEL
+
+    raw = GcsClient(address=gcs_address).internal_kv_get(AUTOSCALER_RESOURCE_REQUEST_CHANNEL, None)
+    return None if raw is None else json.loads(raw)
+
+
+@pytest.mark.timeout(300)
+def test_request_reaches_a_real_head_and_is_withdrawn(ray_address: str, ray_client_address: str, ray_gcs_address: str):
+    args = ["--address", ray_address, "--nodes", "2", "--gpus-per-node", "8", "--request-address", ray_client_address]
+    waiting = subprocess.Popen(
+        [sys.executable, str(SCRIPT), *args, "--timeout-s", "40", "--poll-s", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        seen: object = None
+        deadline = _time.monotonic() + 85
+        while _time.monotonic() < deadline and seen != [{"GPU": 8}, {"GPU": 8}]:
+            seen = standing_request(ray_gcs_address)
+            _time.sleep(0.5)
+        out, _ = waiting.communicate(timeout=180)
+        assert seen == [{"GPU": 8}, {"GPU": 8}], f"the request never reached the head:\n{out}"
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+    assert waiting.returncode == wfw.EXIT_NOT_READY, out  # nobody brings GPUs here: the timeout path
+    assert "asked the Ray autoscaler for 2 workers of 8 GPUs" in out
+    assert "withdrew the autoscaler request" in out
+    assert standing_request(ray_gcs_address) == []
+
+    # Enough workers already (the head offers HEAD_GPUS): no request is made.
+    ready = run_script("--address", ray_address, "--nodes", "1", "--gpus-per-node", str(HEAD_GPUS),
+                       "--request-address", ray_client_address)  # fmt: skip
+    assert ready.returncode == wfw.EXIT_READY, ready.stdout + ready.stderr
+    assert "asked the Ray autoscaler" not in ready.stdout

@@ -1,0 +1,101 @@
+"""The dated price table the cost estimate reads (infra/cost.py). Data only: the one place that knows prices.
+
+Every figure below was read on PRICES_READ_ON from the source named beside it, in US dollars, list prices before
+any discount, tax or committed-use contract. A figure that could not be found is recorded as None with the reason,
+and the estimate then says "no price for ..." instead of guessing. Refresh the table by reading the sources again
+and changing the date; nothing else in the project hard-codes a price.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PRICES_READ_ON = "2026-12-01"
+
+# How GPU capacity is paid for, per infra gpuProvisioning mode. A reservation is billed at the on-demand rate for
+# every reserved VM, whether a node runs on it or not (Compute Engine's reservation billing).
+ON_DEMAND = "onDemand"
+SPOT = "spot"
+FLEX_START = "flexStart"
+PRICE_MODE_OF_PROVISIONING = {"reservation": ON_DEMAND, "spot": SPOT, "flexStart": FLEX_START}
+
+
+@dataclass(frozen=True)
+class Source:
+    title: str
+    where: str  # address and, for a repository, the commit read
+    what: str  # what the figures are and how they were taken
+
+
+SOURCES: dict[str, Source] = {
+    "gpu-list-prices": Source(
+        title="Hugging Face dataset tanod/cloud-gpu-list-prices, snapshot 2026-10-13",
+        where="https://huggingface.co/datasets/tanod/cloud-gpu-list-prices",
+        what=(
+            "per-GPU share of the whole a3-ultragpu-8g machine (GPUs, vCPUs and memory), on-demand and spot, "
+            "taken by the dataset from the Google Cloud Billing Catalog API; the machine price here is that share "
+            "times the machine's 8 GPUs"
+        ),
+    ),
+    "skypilot-catalog": Source(
+        title="SkyPilot catalog, catalogs/v8/gcp/vms.csv",
+        where="https://github.com/skypilot-org/skypilot-catalog (commit 006059e0f18acb1341e22a27751e9f80df6ba92f)",
+        what="whole-VM hourly Price and SpotPrice per region, built by SkyPilot from the Cloud Billing Catalog API",
+    ),
+    "not-found": Source(
+        title="no figure found",
+        where=(
+            "searched on 2026-12-01: Google Cloud pricing pages and docs (Compute Engine VM and GPU pricing, "
+            "flex-start VMs, Managed Lustre), SkyPilot's and Cyclenerd's GCP price catalogs"
+        ),
+        what="no published figure for this item could be read; the estimate leaves it out and says so",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Price:
+    usd: float | None  # None: no figure found (see `source`)
+    source: str  # key of SOURCES
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"unknown price source {self.source!r}")
+        if self.usd is not None and self.usd < 0:
+            raise ValueError(f"negative price {self.usd}")
+
+
+_NOT_FOUND = Price(None, "not-found")
+_H200_GPUS = 8
+
+# Machine type -> region -> price mode -> US dollars per hour for one VM.
+MACHINE_HOURLY: dict[str, dict[str, dict[str, Price]]] = {
+    "a3-ultragpu-8g": {
+        "europe-west1": {
+            ON_DEMAND: Price(11.4934 * _H200_GPUS, "gpu-list-prices"),
+            SPOT: Price(6.8944 * _H200_GPUS, "gpu-list-prices"),
+            FLEX_START: _NOT_FOUND,
+        },
+        "us-central1": {
+            ON_DEMAND: Price(10.4365 * _H200_GPUS, "gpu-list-prices"),
+            SPOT: Price(6.2607 * _H200_GPUS, "gpu-list-prices"),
+            FLEX_START: _NOT_FOUND,
+        },
+    },
+    # The sources above have no A4 (B200) row for any region.
+    "a4-highgpu-8g": {
+        region: {ON_DEMAND: _NOT_FOUND, SPOT: _NOT_FOUND, FLEX_START: _NOT_FOUND}
+        for region in ("europe-west1", "us-central1")
+    },
+    # The CPU pool is always on-demand (it holds the Ray head).
+    "n2-highmem-80": {
+        "europe-west1": {ON_DEMAND: Price(5.76488, "skypilot-catalog"), SPOT: Price(0.82528, "skypilot-catalog")},
+        "us-central1": {ON_DEMAND: Price(5.24056, "skypilot-catalog"), SPOT: Price(1.71296, "skypilot-catalog")},
+    },
+}
+
+# Managed Lustre, US dollars per GiB-month, per throughput tier (MB/s per TiB). No per-tier list price for the
+# four fixed tiers could be found in the sources searched; the estimate says so rather than guess.
+LUSTRE_GIB_MONTH: dict[int, Price] = {tier: _NOT_FOUND for tier in (125, 250, 500, 1000)}
+
+HOURS_PER_MONTH = 730  # Google Cloud's billing convention for monthly figures

@@ -1,0 +1,24 @@
+"""What one training run holds and costs: GPU-hours from its node count, steps and seconds per step, priced with
+the infra stack's own estimate (estimatedCost.gpuNodePerHour). Pure; no Pulumi."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.settings import InfraOutputs, JobSettings
+
+
+def run_estimate(job: JobSettings, infra: InfraOutputs) -> dict[str, Any]:
+    """Only the training steps are counted: the wait for nodes, the pre-flight and the conversion come on top."""
+    node_hours = job.num_nodes * job.max_num_steps * job.seconds_per_step / 3600
+    price = infra.gpu_node_hourly_usd
+    notes = [] if price is not None else ["no price for the infra's GPU nodes: see the infra stack's estimatedCost"]
+    return {
+        "nodes": job.num_nodes,
+        "steps": job.max_num_steps,
+        "secondsPerStep": job.seconds_per_step,
+        "gpuHours": round(node_hours * infra.gpus_per_node, 2),
+        "usd": None if price is None else round(node_hours * price, 2),
+        "pricesReadOn": infra.prices_read_on,
+        "notes": notes,
+    }

@@ -1,0 +1,73 @@
+"""The job stack's side of cost and autoscaling, fed with what the infra program really exports: the run estimate
+(estimatedRun) and the wait that asks the autoscaler for workers when the GPU group scales from zero."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import pytest
+from conftest import run_infra_stack
+from launcher.cost import run_estimate
+from launcher.pipeline import pipeline_script, pipeline_steps
+from launcher.settings import DEFAULT_SECONDS_PER_STEP, ConfigError, build_infra_outputs, build_job_settings
+
+
+@pytest.fixture(scope="module")
+def exported() -> dict[str, dict[str, Any]]:
+    return {stack: run_infra_stack(stack).outputs for stack in ("dev", "h200")}
+
+
+def job_with(infra: Any, **values: Any) -> Any:
+    return build_job_settings({"infraStack": "organization/nemo-rl-gke/h200", **values}, infra)
+
+
+def wait_words(outputs: dict[str, Any]) -> list[str]:
+    infra = build_infra_outputs(outputs)
+    job = job_with(infra, numNodes=1, generationNodes=0)
+    script = pipeline_script(job, infra, pipeline_steps(job, infra))
+    return shlex.split(next(line for line in script.splitlines() if "wait_for_workers.py" in line))
+
+
+def test_run_estimate_uses_the_infra_price(exported):
+    infra = build_infra_outputs(exported["h200"])
+    hourly = exported["h200"]["estimatedCost"]["gpuNodePerHour"]
+    assert infra.gpu_node_hourly_usd == hourly and hourly > 0
+    run = run_estimate(job_with(infra, numNodes=2, maxNumSteps=20, secondsPerStep=180), infra)
+    node_hours = 2 * 20 * 180 / 3600  # 2 nodes for 20 steps of 3 minutes
+    assert run["gpuHours"] == round(node_hours * 8, 2)
+    assert run["usd"] == pytest.approx(round(node_hours * hourly, 2))
+    assert run["notes"] == [] and run["pricesReadOn"] == exported["h200"]["estimatedCost"]["pricesReadOn"]
+
+
+def test_run_estimate_without_a_price_says_so(exported):
+    infra = build_infra_outputs(exported["dev"])  # flex-start: no published price in the table
+    assert infra.gpu_node_hourly_usd is None
+    run = run_estimate(job_with(infra, numNodes=1, generationNodes=0), infra)
+    assert run["usd"] is None and run["secondsPerStep"] == DEFAULT_SECONDS_PER_STEP
+    assert run["gpuHours"] == round(1 * 10 * DEFAULT_SECONDS_PER_STEP / 3600 * 8, 2)
+    assert run["notes"] == ["no price for the infra's GPU nodes: see the infra stack's estimatedCost"]
+
+
+@pytest.mark.parametrize("bad", [0, -5, "slow"])
+def test_seconds_per_step_is_validated(exported, bad):
+    with pytest.raises(ConfigError, match="secondsPerStep"):
+        job_with(build_infra_outputs(exported["h200"]), secondsPerStep=bad)
+
+
+def test_flex_start_pipeline_asks_the_autoscaler_first(exported):
+    dev = exported["dev"]
+    assert dev["rayAutoscaling"] is True
+    assert dev["rayClientAddress"] == f"ray://{dev['rayHeadService']}:10001"
+    assert f"--request-address={dev['rayClientAddress']}" in wait_words(dev)
+
+
+def test_reservation_pipeline_only_waits(exported):
+    assert exported["h200"]["rayAutoscaling"] is False
+    assert not any(word.startswith("--request-address") for word in wait_words(exported["h200"]))
+
+
+def test_autoscaling_needs_a_client_address(exported):
+    broken = {**exported["dev"], "rayClientAddress": "http://wrong:10001"}
+    with pytest.raises(ConfigError, match="rayClientAddress"):
+        build_infra_outputs(broken)
