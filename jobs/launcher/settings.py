@@ -24,6 +24,22 @@ class ConfigError(pulumi.RunError):
         super().__init__(f"config '{key}' = {value!r} is not allowed: {allowed}")
 
 
+# The data layouts the pipeline writes overrides for; the infra's release table (infra/nemo_rl_releases.py) names one
+# per release: FLAT_DATA up to NeMo RL v0.5.0, PER_SPLIT_DATA (data.train / data.validation) from v0.6.0.
+FLAT_DATA = "flat"
+PER_SPLIT_DATA = "per-split"
+DATA_LAYOUTS = (FLAT_DATA, PER_SPLIT_DATA)
+
+
+@dataclass(frozen=True)
+class NemoRlRelease:
+    """The infra's `nemoRlRelease` output: what the pipeline must do differently for the image's NeMo RL release."""
+
+    tag: str
+    grpo_entrypoint: str  # relative to the NeMo RL sources in the image
+    data_layout: str  # one of DATA_LAYOUTS
+
+
 @dataclass(frozen=True)
 class InfraOutputs:
     """What the job stack needs from the infra stack's outputs (kubeconfig stays a secret Output)."""
@@ -38,6 +54,7 @@ class InfraOutputs:
     ray_worker_replicas: int
     image: str
     ray_version: str
+    nemo_rl_release: NemoRlRelease
     cpu_node_pool: str
     lustre_capacity_gib: int
     lustre_throughput_mbps_per_tib: int
@@ -128,6 +145,7 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
     if gpus < 1 or replicas < 1:
         raise ConfigError("infraStack output 'gpusPerNode/rayWorkerReplicas'", (gpus, replicas), "positive numbers")
     keys = need("secretKeys", list)
+    image = need("nemoRlImage", str)
     return InfraOutputs(
         namespace=need("namespace", str),
         ray_address=address,
@@ -137,13 +155,33 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         submitter_label=next((str(k), str(v)) for k, v in label.items()),
         gpus_per_node=gpus,
         ray_worker_replicas=replicas,
-        image=need("nemoRlImage", str),
+        image=image,
         ray_version=need("rayVersion", str),
+        nemo_rl_release=_release(outputs.get("nemoRlRelease"), image, stack),
         cpu_node_pool=need("cpuNodePool", str),
         lustre_capacity_gib=need("lustreCapacityGib", (int,)),
         lustre_throughput_mbps_per_tib=need("lustreThroughputMbpsPerTib", (int,)),
         dashboard_port_forward=need("dashboardPortForward", str),
     )
+
+
+def _release(raw: Any, image: str, stack: str) -> NemoRlRelease:
+    key = "infraStack output 'nemoRlRelease'"
+    if raw is None:
+        raise ConfigError(
+            key,
+            None,
+            f"the NeMo RL release of the infra's image {image}: its tag is not a release the pipeline knows (see "
+            f"the README's NeMo RL versions), or {stack} predates this output (run `pulumi up` in the infra project)",
+        )
+    fields = ("tag", "grpoEntrypoint", "dataLayout")
+    if not isinstance(raw, Mapping) or any(not isinstance(raw.get(name), str) for name in fields):
+        raise ConfigError(key, raw, f"an object with the strings {', '.join(fields)}")
+    if not re.fullmatch(r"examples/[A-Za-z0-9_./\-]+\.py", raw["grpoEntrypoint"]) or ".." in raw["grpoEntrypoint"]:
+        raise ConfigError(f"{key}.grpoEntrypoint", raw["grpoEntrypoint"], "a script under examples/ ending in .py")
+    if raw["dataLayout"] not in DATA_LAYOUTS:
+        raise ConfigError(f"{key}.dataLayout", raw["dataLayout"], f"one of {list(DATA_LAYOUTS)}")
+    return NemoRlRelease(tag=raw["tag"], grpo_entrypoint=raw["grpoEntrypoint"], data_layout=raw["dataLayout"])
 
 
 def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSettings:
