@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # checkov's pins clash with the project's: it gets a virtualenv of its own.
 CHECKOV_VENV := .venv-checkov
+# NeMo RL's config loader (omegaconf, hydra-core at the versions NeMo RL locks) clashes with the project's pins too.
+NEMORL_VENV := .venv-nemorl
 STACK ?= dev
 # Every stack with both an infra and a job stack file (Pulumi.<stack>.yaml and jobs/Pulumi.<stack>.yaml).
 STACKS := $(sort $(filter $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml)),$(patsubst jobs/Pulumi.%.yaml,%,$(wildcard jobs/Pulumi.*.yaml))))
@@ -20,6 +22,11 @@ $(CHECKOV_VENV)/.installed: requirements-checkov.txt
 	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	touch $@
 
+$(NEMORL_VENV)/.installed: requirements-nemorl.txt
+	$(PYTHON) -m venv $(NEMORL_VENV)
+	$(NEMORL_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-nemorl.txt
+	touch $@
+
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -28,7 +35,8 @@ typecheck: $(BIN)/.installed
 	$(BIN)/mypy .
 	cd jobs && ../$(BIN)/mypy --config-file ../pyproject.toml __main__.py
 
-unit: $(BIN)/.installed
+# The NeMo RL loader tests run tools/nemorl_config.py with $(NEMORL_VENV)'s Python.
+unit: $(BIN)/.installed $(NEMORL_VENV)/.installed
 	$(BIN)/pytest
 
 # Renders every stack's plan into build/<stack>/ and fails on any checkov finding not in checkov-skips.yaml.

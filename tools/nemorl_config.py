@@ -1,0 +1,89 @@
+"""Resolve a NeMo RL recipe plus command-line overrides with NeMo RL's own loader, and print the result as JSON.
+
+Runs in its own virtualenv (.venv-nemorl: the omegaconf and hydra-core versions NeMo RL locks; hydra's antlr4
+runtime clashes with the project's), never in .venv, and imports nothing from the project:
+
+    .venv-nemorl/bin/python tools/nemorl_config.py --nemo-rl DIR -- --config=RECIPE OVERRIDE...
+
+DIR is a NeMo RL source tree (e.g. ../shared/reference/nemo-rl-v0.5.0); the words after `--` are exactly what the
+pipeline passes to NeMo RL's GRPO entrypoint. They are taken the way the entrypoint takes them (argparse's
+parse_known_args with a --config option, the recipe path relative to DIR), the recipe is loaded with DIR's
+`nemo_rl.utils.config.load_config`, the overrides are applied with its `parse_hydra_overrides` (struct mode: an
+unknown key without `+` is an error), and the config is resolved as the entrypoint resolves it
+(`OmegaConf.to_container(resolve=True)`). Exit codes: 0 printed, 1 NeMo RL refused the overrides or the recipe,
+2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+
+def load_nemo_rl_config_module(nemo_rl_dir: Path) -> ModuleType:
+    """DIR's nemo_rl.utils.config (nemo_rl is a namespace package in a reference tree; only hydra and omegaconf
+    are imported by that module)."""
+    sys.path.insert(0, str(nemo_rl_dir))
+    return importlib.import_module("nemo_rl.utils.config")
+
+
+def register_resolvers(config_module: ModuleType) -> None:
+    """The resolvers the entrypoint registers before loading: newer NeMo RL ships a function for it; v0.5.0's
+    run_grpo_math.py registers `mul` itself."""
+    from omegaconf import OmegaConf
+
+    register = getattr(config_module, "register_omegaconf_resolvers", None)
+    if register is not None:
+        register()
+    elif not OmegaConf.has_resolver("mul"):
+        OmegaConf.register_new_resolver("mul", lambda a, b: a * b)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--" not in argv:
+        print("nemorl_config: give the entrypoint's arguments after '--'", file=sys.stderr)
+        return 2
+    cut = argv.index("--")
+    own = argparse.ArgumentParser(prog="nemorl_config.py")
+    own.add_argument("--nemo-rl", required=True, type=Path, help="a NeMo RL source tree")
+    args = own.parse_args(argv[:cut])
+    nemo_rl_dir = args.nemo_rl.resolve()
+    if not (nemo_rl_dir / "nemo_rl" / "utils" / "config.py").is_file():
+        print(f"nemorl_config: {nemo_rl_dir} has no nemo_rl/utils/config.py", file=sys.stderr)
+        return 2
+
+    # The entrypoint's own command line: --config, everything else is an override.
+    entry = argparse.ArgumentParser(prog="run_grpo")
+    entry.add_argument("--config", type=str, default=None)
+    entry_args, overrides = entry.parse_known_args(argv[cut + 1 :])
+    if not entry_args.config:
+        print("nemorl_config: the entrypoint's arguments have no --config", file=sys.stderr)
+        return 2
+
+    config_module = load_nemo_rl_config_module(nemo_rl_dir)
+    from omegaconf import OmegaConf
+
+    register_resolvers(config_module)
+    os.chdir(nemo_rl_dir)  # the pipeline runs the entrypoint from the NeMo RL directory
+    try:
+        config = config_module.load_config(entry_args.config)
+        if overrides:
+            config = config_module.parse_hydra_overrides(config, overrides)
+        resolved = OmegaConf.to_container(config, resolve=True)
+    except Exception as exc:  # NeMo RL's own refusal, one line
+        message = " ".join(str(exc).split())
+        print(f"nemorl_config: NeMo RL refused the config: {type(exc).__name__}: {message}", file=sys.stderr)
+        return 1
+    json.dump(resolved, sys.stdout, sort_keys=True)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
