@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 CHECKOV_VENV := .venv-checkov
 # NeMo RL's config loader (omegaconf, hydra-core at the versions NeMo RL locks) clashes with the project's pins too.
 NEMORL_VENV := .venv-nemorl
+# The Ray of NeMo RL v0.7.0's image, for the submitter tests against that version; .venv has v0.5.0's.
+RAY_V070_VENV := .venv-ray2551
 STACK ?= dev
 # Every stack with both an infra and a job stack file (Pulumi.<stack>.yaml and jobs/Pulumi.<stack>.yaml).
 STACKS := $(sort $(filter $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml)),$(patsubst jobs/Pulumi.%.yaml,%,$(wildcard jobs/Pulumi.*.yaml))))
@@ -27,6 +29,11 @@ $(NEMORL_VENV)/.installed: requirements-nemorl.txt
 	$(NEMORL_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-nemorl.txt
 	touch $@
 
+$(RAY_V070_VENV)/.installed: requirements-ray2551.txt
+	$(PYTHON) -m venv $(RAY_V070_VENV)
+	$(RAY_V070_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-ray2551.txt
+	touch $@
+
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -36,7 +43,7 @@ typecheck: $(BIN)/.installed
 	cd jobs && ../$(BIN)/mypy --config-file ../pyproject.toml __main__.py
 
 # The NeMo RL loader tests run tools/nemorl_config.py with $(NEMORL_VENV)'s Python.
-unit: $(BIN)/.installed $(NEMORL_VENV)/.installed
+unit: $(BIN)/.installed $(NEMORL_VENV)/.installed $(RAY_V070_VENV)/.installed
 	$(BIN)/pytest
 
 # Renders every stack's plan into build/<stack>/ and fails on any checkov finding not in checkov-skips.yaml.
