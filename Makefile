@@ -53,9 +53,10 @@ checkov: $(BIN)/.installed $(CHECKOV_VENV)/.installed
 test: lint typecheck unit checkov
 
 # Both programs under mocks for one stack: build/$(STACK)/ (manifests, Helm values, pipeline, resource tree,
-# outputs, timeline) and a summary. Exit 2, with the reason, on an unknown stack or invalid config.
+# outputs, timeline) and a summary. Exit 2, with the reason, on an unknown stack or invalid config. WANDB=off renders
+# the run of a user without a W&B key (TensorBoard on Lustre instead).
 plan: $(BIN)/.installed
-	$(BIN)/python tools/plan.py --stack $(STACK)
+	$(BIN)/python tools/plan.py --stack $(STACK) $(if $(filter off,$(WANDB)),--no-wandb)
 
 # Refresh the checked-in plans the tests compare with; review the diff (git diff tests/golden) before committing.
 golden: $(BIN)/.installed

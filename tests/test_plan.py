@@ -246,6 +246,16 @@ def test_summary(capsys: pytest.CaptureFixture[str], tmp_path: Path):
         assert placeholder not in out
 
 
+def test_plan_without_a_wandb_key_logs_to_tensorboard_on_lustre(tmp_path: Path):
+    assert plan.main(["--stack", "dev", "--no-wandb", "--out", str(tmp_path), "--quiet"]) == 0
+    outputs = json.loads((tmp_path / "dev" / "outputs.json").read_text())
+    assert outputs["infra"]["secretKeys"] == ["HF_TOKEN"]
+    pipeline = yaml.safe_load((tmp_path / "dev" / "pipeline.yaml").read_text())
+    train = next(step["entrypoint"] for step in pipeline["steps"] if step["step"] == "train")
+    for override in ("logger.wandb_enabled=False", "logger.tensorboard_enabled=True", "logger.log_dir=/data/"):
+        assert override in train
+
+
 def test_write_files_replaces_an_earlier_plan_output(tmp_path: Path):
     out = tmp_path / "dev"
     plan.write_files(out, {"pipeline.yaml": "old\n", "manifests/99-gone.yaml": "stale\n"})

@@ -142,8 +142,11 @@ def _apply_overrides(project: str, config: dict[str, Any], overrides: Sequence[s
             config[full] = yaml.safe_load(raw)
 
 
-def run_plan(stack: str, infra_overrides: Sequence[str] = (), job_overrides: Sequence[str] = ()) -> Plan:
-    """Both programs under mocks; raises PlanError for an unknown stack, pulumi.RunError for bad config."""
+def run_plan(
+    stack: str, infra_overrides: Sequence[str] = (), job_overrides: Sequence[str] = (), wandb: bool = True
+) -> Plan:
+    """Both programs under mocks; raises PlanError for an unknown stack, pulumi.RunError for bad config. With
+    wandb=False no W&B key is given, as for a user without one: the run logs to TensorBoard instead."""
     if stack not in stacks_available():
         raise PlanError(
             f"no stack {stack!r}: STACK must name both Pulumi.{stack}.yaml and jobs/Pulumi.{stack}.yaml; "
@@ -152,7 +155,8 @@ def run_plan(stack: str, infra_overrides: Sequence[str] = (), job_overrides: Seq
     progress(1, "infra program (mocks)")
     project, config = load_stack_config(ROOT, stack)
     _apply_overrides(project, config, infra_overrides)
-    secrets = {f"{project}:{key}": value for key, value in PLACEHOLDER_SECRETS.items()}
+    given = {key: value for key, value in PLACEHOLDER_SECRETS.items() if wandb or key != "wandbApiKey"}
+    secrets = {f"{project}:{key}": value for key, value in given.items()}
     infra = run_program(ROOT, config, secrets=secrets, stack=stack)
 
     progress(2, "job program (mocks), fed with the infra outputs")
@@ -481,10 +485,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "-j", "--job-config", action="append", default=[], metavar="KEY=VALUE", help="override a job config key"
     )
+    parser.add_argument(
+        "--no-wandb", action="store_true", help="give no W&B key (the run logs to TensorBoard on Lustre)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no summary, only the progress lines")
     args = parser.parse_args(argv)
     try:
-        plan = run_plan(args.stack, args.config, args.job_config)
+        plan = run_plan(args.stack, args.config, args.job_config, wandb=not args.no_wandb)
     except PlanError as error:
         print(f"plan: {error}", file=sys.stderr)
         return EXIT_CONFIG

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from launcher.settings import FLAT_DATA, InfraOutputs, JobSettings
 
@@ -19,7 +18,6 @@ class Step:
     name: str
     submission_id: str
     entrypoint: list[str]
-    env_vars: dict[str, str] = field(default_factory=dict)
     on_failure: str = ""  # what to check when this step fails
 
 
@@ -29,6 +27,11 @@ def dataset_dir(infra: InfraOutputs) -> str:
 
 def checkpoint_dir(job: JobSettings, infra: InfraOutputs) -> str:
     return f"{infra.mount_path}/{job.run_name}"
+
+
+def log_dir(job: JobSettings, infra: InfraOutputs) -> str:
+    """NeMo RL's logs and TensorBoard event files: on Lustre with the run, so a head restart keeps them."""
+    return f"{checkpoint_dir(job, infra)}/logs"
 
 
 def scripts_dir(job: JobSettings, infra: InfraOutputs) -> str:
@@ -73,6 +76,8 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
         f"grpo.max_num_steps={job.max_num_steps}",
         f"grpo.num_prompts_per_step={job.num_prompts_per_step}",
         f"grpo.num_generations_per_prompt={job.num_generations_per_prompt}",
+        # Every sample of a step in one optimizer step (validated against the data-parallel size in settings).
+        f"policy.train_global_batch_size={job.train_global_batch_size}",
     ]
     if job.generation_nodes:
         overrides += [
@@ -82,11 +87,13 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
         ]
     else:
         overrides.append("policy.generation.colocated.enabled=True")
+    overrides.append(f"policy.generation.vllm_cfg.tensor_parallel_size={job.vllm_tensor_parallel_size}")
+    if job.vllm_gpu_memory_utilization is not None:
+        overrides.append(f"policy.generation.vllm_cfg.gpu_memory_utilization={job.vllm_gpu_memory_utilization:g}")
     overrides += [
-        f"policy.generation.vllm_cfg.tensor_parallel_size={job.vllm_tensor_parallel_size}",
-        f"policy.generation.vllm_cfg.gpu_memory_utilization={job.vllm_gpu_memory_utilization:g}",
         f"policy.dtensor_cfg.tensor_parallel_size={job.dtensor_tensor_parallel_size}",
         f"checkpointing.checkpoint_dir={ckpt}",
+        f"logger.log_dir={log_dir(job, infra)}",
         *data_overrides(infra),
     ]
     if "WANDB_API_KEY" in infra.secret_keys:
@@ -95,8 +102,8 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
             f"logger.wandb.name={job.run_name}",
             "logger.tensorboard_enabled=False",
         ]
-    else:
-        overrides += ["logger.wandb_enabled=False", "logger.tensorboard_enabled=True", f"logger.log_dir={ckpt}/logs"]
+    else:  # no W&B: TensorBoard event files under the log dir, so every run leaves its metrics somewhere
+        overrides += ["logger.wandb_enabled=False", "logger.tensorboard_enabled=True"]
     return overrides + list(job.extra_overrides)
 
 
@@ -106,9 +113,11 @@ def _in_nemo_rl(script: str, *args: str) -> list[str]:
 
 
 def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
+    # No step sets a job-level runtime env: NeMo RL's init_ray() passes the driver's whole environment as its own
+    # runtime env, and Ray refuses to merge the two when they name the same variable. What the steps need (HF_HOME,
+    # the tokens) is already in every Ray pod's environment.
     scripts = scripts_dir(job, infra)
     ckpt = checkpoint_dir(job, infra)
-    hf_home = {"HF_HOME": f"{infra.mount_path}/hf-cache"}
     steps: list[Step] = []
     if job.preflight.enabled:
         steps.append(
@@ -149,7 +158,6 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
             "prepare-data",
             f"{job.run_name}-prepare-data",
             _in_nemo_rl(f"{scripts}/prepare_gsm8k.py", f"--output-dir={dataset_dir(infra)}"),
-            env_vars=hf_home,
             on_failure="access to the Hugging Face hub (HF_TOKEN) and the Lustre mount",
         )
     )
@@ -158,7 +166,6 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
             "train",
             f"{job.run_name}-train",
             _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, f"--config={job.recipe}", *grpo_overrides(job, infra)),
-            env_vars=hf_home,
             on_failure="the driver log above (model access with HF_TOKEN, GPU memory, the recipe's overrides)",
         )
     )
@@ -168,7 +175,6 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
                 "convert-hf",
                 f"{job.run_name}-convert-hf",
                 _in_nemo_rl(f"{scripts}/convert_checkpoint.py", f"--checkpoint-dir={ckpt}", f"--output-dir={ckpt}/hf"),
-                env_vars=hf_home,
                 on_failure="that the training wrote step_N checkpoints under the checkpoint dir",
             )
         )
@@ -178,6 +184,21 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
 def entrypoint_text(step: Step) -> str:
     """The shell command Ray runs; '&&' stays an operator, everything else is quoted."""
     return " ".join(part if part == "&&" else shlex.quote(part) for part in step.entrypoint)
+
+
+def submit_command(step: Step, infra: InfraOutputs) -> list[str]:
+    """How the submitter pod runs one step: ray_submit.py with the step's id; bash -c keeps '&&' an operator on the
+    Ray side (ray_submit.py quotes every word it gets)."""
+    return [
+        "python",
+        SUBMITTER,
+        f"--address={infra.ray_address}",
+        f"--submission-id={step.submission_id}",
+        "--",
+        "bash",
+        "-c",
+        entrypoint_text(step),
+    ]
 
 
 def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) -> str:
@@ -202,15 +223,9 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
     ]
     for number, step in enumerate(steps, start=1):
         hint = step.on_failure.replace("'", "")  # inside single quotes in the script
-        runtime_env = json.dumps({"env_vars": step.env_vars}) if step.env_vars else ""
-        command = ["python", SUBMITTER, f"--address={infra.ray_address}", f"--submission-id={step.submission_id}"]
-        if runtime_env:
-            command.append(f"--runtime-env-json={runtime_env}")
-        # ray_submit.py quotes every word it gets; bash -c keeps '&&' an operator on the Ray side.
-        command += ["--", "bash", "-c", entrypoint_text(step)]
         lines += [
             f"echo '=== step {number}/{len(steps)}: {step.name} ({step.submission_id})'",
-            f"{shlex.join(command)} || {{",
+            f"{shlex.join(submit_command(step, infra))} || {{",
             "  rc=$?",
             f"  echo 'step {step.name} did not succeed (exit '$rc'). Check: {hint}' >&2",
             "  exit $rc",

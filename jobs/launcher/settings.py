@@ -14,6 +14,18 @@ _RUN_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
 _OVERRIDE_RE = re.compile(r"^[+~]{0,2}[A-Za-z_][A-Za-z0-9_.\-]*=.*$")
 _STACK_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+){0,2}$")
 DEFAULT_RECIPE = "examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml"
+# vLLM on GPUs of its own: vLLM's own default share. Colocated with training it takes the recipe's value (NeMo RL's
+# base config sets 0.6 there, leaving the rest to the trainer).
+DEDICATED_VLLM_GPU_MEMORY_UTILIZATION = 0.9
+# NeMo RL keys the launcher derives from job settings: an extra override of one would break what was validated.
+DERIVED_OVERRIDES = {
+    "policy.train_global_batch_size": "numPromptsPerStep x numGenerationsPerPrompt",
+    "grpo.num_prompts_per_step": "numPromptsPerStep",
+    "grpo.num_generations_per_prompt": "numGenerationsPerPrompt",
+    "cluster.num_nodes": "numNodes",
+    "cluster.gpus_per_node": "the infra's gpusPerNode",
+    "policy.dtensor_cfg.tensor_parallel_size": "dtensorTensorParallelSize",
+}
 
 
 class ConfigError(pulumi.RunError):
@@ -80,12 +92,19 @@ class JobSettings:
     num_prompts_per_step: int
     num_generations_per_prompt: int
     vllm_tensor_parallel_size: int
-    vllm_gpu_memory_utilization: float
+    vllm_gpu_memory_utilization: float | None  # None: the recipe's value
     dtensor_tensor_parallel_size: int
     convert_to_hf: bool
     extra_overrides: tuple[str, ...]
     preflight: PreflightSettings
     wait_for_workers_minutes: int
+
+    @property
+    def train_global_batch_size(self) -> int:
+        """Samples per GRPO step, all trained on in one optimizer step. NeMo RL's trainer makes
+        samples // train_global_batch_size optimizer steps: with a larger batch none runs (an UnboundLocalError),
+        with a smaller one the step is split, or refused when the batch does not divide the samples."""
+        return self.num_prompts_per_step * self.num_generations_per_prompt
 
 
 def _int(key: str, value: Any) -> int:
@@ -229,9 +248,25 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
     dtensor_tp = _positive("dtensorTensorParallelSize", values.get("dtensorTensorParallelSize", 8))
     if training_gpus % dtensor_tp:
         raise ConfigError("dtensorTensorParallelSize", dtensor_tp, f"a divisor of the {training_gpus} training GPUs")
-    utilization = _float("vllmGpuMemoryUtilization", values.get("vllmGpuMemoryUtilization", 0.9))
-    if not 0 < utilization <= 1:
-        raise ConfigError("vllmGpuMemoryUtilization", utilization, "a fraction in (0, 1]")
+    utilization: float | None = DEDICATED_VLLM_GPU_MEMORY_UTILIZATION if generation_nodes else None
+    if values.get("vllmGpuMemoryUtilization") not in (None, ""):
+        utilization = _float("vllmGpuMemoryUtilization", values["vllmGpuMemoryUtilization"])
+        if not 0 < utilization <= 1:
+            raise ConfigError("vllmGpuMemoryUtilization", utilization, "a fraction in (0, 1]")
+
+    prompts = _positive("numPromptsPerStep", values.get("numPromptsPerStep", 16))
+    generations = _positive("numGenerationsPerPrompt", values.get("numGenerationsPerPrompt", 32))
+    # NeMo RL shards each training batch over its data-parallel ranks (training GPUs / (TP x CP x PP); the DTensor
+    # recipes run CP = PP = 1) and asserts that they divide it.
+    data_parallel = training_gpus // dtensor_tp
+    if (prompts * generations) % data_parallel:
+        raise ConfigError(
+            "numPromptsPerStep",
+            prompts,
+            f"numPromptsPerStep x numGenerationsPerPrompt ({prompts} x {generations} = {prompts * generations}) is "
+            f"the training batch (policy.train_global_batch_size) and must be a multiple of the {data_parallel} "
+            f"data-parallel ranks ({training_gpus} training GPUs / dtensorTensorParallelSize {dtensor_tp})",
+        )
 
     extra = values.get("extraOverrides", [])
     if not isinstance(extra, list):
@@ -239,6 +274,9 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
     for item in extra:
         if not isinstance(item, str) or not _OVERRIDE_RE.match(item):
             raise ConfigError("extraOverrides", item, "key=value (Hydra override syntax, + or ~ prefix allowed)")
+        key = item.split("=", 1)[0].lstrip("+~")
+        if key in DERIVED_OVERRIDES:
+            raise ConfigError("extraOverrides", item, f"{key} is derived from {DERIVED_OVERRIDES[key]}: set that")
 
     min_busbw = _float("preflightMinBusbwGbps", values.get("preflightMinBusbwGbps", 100))
     lustre_gib = _float("preflightLustreGibPerNode", values.get("preflightLustreGibPerNode", 16))
@@ -259,8 +297,8 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         num_nodes=num_nodes,
         generation_nodes=generation_nodes,
         max_num_steps=_positive("maxNumSteps", values.get("maxNumSteps", 10)),
-        num_prompts_per_step=_positive("numPromptsPerStep", values.get("numPromptsPerStep", 16)),
-        num_generations_per_prompt=_positive("numGenerationsPerPrompt", values.get("numGenerationsPerPrompt", 32)),
+        num_prompts_per_step=prompts,
+        num_generations_per_prompt=generations,
         vllm_tensor_parallel_size=vllm_tp,
         vllm_gpu_memory_utilization=utilization,
         dtensor_tensor_parallel_size=dtensor_tp,

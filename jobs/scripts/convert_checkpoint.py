@@ -5,6 +5,12 @@ Runs as a Ray job inside the NeMo RL image, from its source directory:
 Finds the highest step_N under the checkpoint dir and runs NeMo RL's examples/converters/convert_dcp_to_hf.py on
 it. Skips when the output already holds a conversion of that same step. Exit codes: 0 done or skipped, 1 no
 checkpoint or the converter failed, 2 usage.
+
+NeMo RL's converter refuses an output folder that exists, and a conversion killed halfway leaves a partial one.
+So the converter writes into a fresh work folder beside the output (cleared of any leftover first), the marker is
+written last, and only then does the work folder take the output's place by rename (atomic within one directory,
+Lustre included). The output therefore either holds a complete, marked conversion or is not replaced; a retry
+always starts clean.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +48,22 @@ def converter_command(step_dir: Path, output_dir: Path) -> list[str]:
     ]
 
 
+def work_dir(output_dir: Path) -> Path:
+    """Where the converter writes before the result is moved into place: beside the output, so the rename stays
+    within one directory."""
+    return output_dir.with_name(f".{output_dir.name}.converting")
+
+
+def put_in_place(work: Path, output_dir: Path) -> None:
+    """Replace output_dir (an older or unfinished conversion, or nothing) with the finished work folder."""
+    old = output_dir.with_name(f".{output_dir.name}.replaced")
+    shutil.rmtree(old, ignore_errors=True)
+    if output_dir.exists():
+        output_dir.rename(old)
+    work.rename(output_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint-dir", required=True, type=Path)
@@ -55,14 +78,20 @@ def main(argv: list[str] | None = None) -> int:
     if marker.is_file() and json.loads(marker.read_text()).get("step_dir") == str(step_dir):
         print(f"convert_checkpoint: {args.output_dir} already holds {step_dir.name}; skipping")
         return 0
-    command = converter_command(step_dir, args.output_dir)
+    work = work_dir(args.output_dir)
+    if work.exists():  # left by a conversion that was killed: the converter would refuse it
+        print(f"convert_checkpoint: removing the unfinished conversion in {work}", flush=True)
+        shutil.rmtree(work)
+    work.parent.mkdir(parents=True, exist_ok=True)
+    command = converter_command(step_dir, work)
     print("convert_checkpoint: " + " ".join(command), flush=True)
     result = subprocess.run(command, check=False)
     if result.returncode != 0:
         print(f"convert_checkpoint: converter exited {result.returncode}", file=sys.stderr)
         return 1
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps({"step_dir": str(step_dir)}))
+    work.mkdir(exist_ok=True)
+    (work / MARKER).write_text(json.dumps({"step_dir": str(step_dir)}))
+    put_in_place(work, args.output_dir)
     print(f"convert_checkpoint: {step_dir.name} -> {args.output_dir}")
     return 0
 

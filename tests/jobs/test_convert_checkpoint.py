@@ -87,3 +87,65 @@ def test_converter_failure_is_reported(convert, tmp_path: Path, monkeypatch):
     monkeypatch.setattr(convert.subprocess, "run", lambda command, check: Failed())
     assert convert.main(["--checkpoint-dir", str(tmp_path), "--output-dir", str(tmp_path / "hf")]) == 1
     assert not (tmp_path / "hf" / convert.MARKER).exists()
+
+
+# A stand-in for NeMo RL's converter that behaves like nemo_rl/utils/native_checkpoint.py (v0.5.0, lines 235-238):
+# it refuses an output folder that exists, then creates it and writes into it. FAKE_CONVERTER_DIE kills it after
+# the first file, as a pod eviction would.
+FAKE_CONVERTER = """
+import argparse, os, sys
+parser = argparse.ArgumentParser()
+parser.add_argument("--config")
+parser.add_argument("--dcp-ckpt-path")
+parser.add_argument("--hf-ckpt-path")
+args = parser.parse_args()
+with open(os.environ["FAKE_CONVERTER_LOG"], "a") as log:
+    log.write(args.dcp_ckpt_path + "\\n")
+if os.path.exists(args.hf_ckpt_path):
+    raise FileExistsError(f"HF checkpoint already exists at {args.hf_ckpt_path}.")
+os.makedirs(args.hf_ckpt_path)
+with open(os.path.join(args.hf_ckpt_path, "pytorch_model.bin"), "w") as f:
+    f.write(args.dcp_ckpt_path)
+if os.environ.get("FAKE_CONVERTER_DIE"):
+    os._exit(137)
+with open(os.path.join(args.hf_ckpt_path, "config.json"), "w") as f:
+    f.write("{}")
+"""
+
+
+def test_a_retry_converts_over_a_half_written_folder_and_a_done_one_is_kept(
+    convert, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    nemo_rl = tmp_path / "nemo-rl"  # the step runs from NeMo RL's directory
+    (nemo_rl / "examples" / "converters").mkdir(parents=True)
+    (nemo_rl / convert.CONVERTER).write_text(FAKE_CONVERTER)
+    monkeypatch.chdir(nemo_rl)
+    log = tmp_path / "converter.log"
+    monkeypatch.setenv("FAKE_CONVERTER_LOG", str(log))
+    run = tmp_path / "run"
+    make_step(run, 4)
+    out = run / "hf"
+    args = ["--checkpoint-dir", str(run), "--output-dir", str(out)]
+
+    # A conversion killed halfway before: hf/ exists, without our marker.
+    out.mkdir()
+    (out / "pytorch_model.bin").write_text("partial")
+    assert convert.main(args) == 0
+    assert (out / "config.json").is_file() and (out / "pytorch_model.bin").read_text().endswith("step_4/policy/weights")
+    assert "step_4" in (out / convert.MARKER).read_text()
+    assert convert.main(args) == 0  # done and marked: not converted again
+    assert len(log.read_text().splitlines()) == 1
+
+    # A newer checkpoint whose conversion is killed: the finished step_4 conversion stays as it was ...
+    make_step(run, 9)
+    monkeypatch.setenv("FAKE_CONVERTER_DIE", "1")
+    assert convert.main(args) == 1
+    assert "step_4" in (out / convert.MARKER).read_text() and (out / "config.json").is_file()
+    # ... and the retry converts step_9 although the killed run left its partial folder behind.
+    monkeypatch.delenv("FAKE_CONVERTER_DIE")
+    assert convert.main(args) == 0
+    assert "step_9" in (out / convert.MARKER).read_text()
+    assert (out / "pytorch_model.bin").read_text().endswith("step_9/policy/weights")
+    assert (out / "config.json").is_file()
+    assert sorted(p.name for p in run.iterdir()) == ["hf", "step_4", "step_9"]  # nothing left beside it
+    assert len(log.read_text().splitlines()) == 3

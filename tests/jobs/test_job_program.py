@@ -62,12 +62,13 @@ def job_with(infra: InfraOutputs, **values: Any):
 def test_defaults_are_the_tutorial_run(infra_outputs):
     infra = infra_of(infra_outputs["h200"])
     overrides = grpo_overrides(job_with(infra), infra)
-    assert overrides[:5] == [
+    assert overrides[:6] == [
         "cluster.num_nodes=2",
         "cluster.gpus_per_node=8",
         "grpo.max_num_steps=10",
         "grpo.num_prompts_per_step=16",
         "grpo.num_generations_per_prompt=32",
+        "policy.train_global_batch_size=512",
     ]
     for expected in (
         "policy.generation.colocated.enabled=False",
@@ -77,6 +78,7 @@ def test_defaults_are_the_tutorial_run(infra_outputs):
         "policy.generation.vllm_cfg.gpu_memory_utilization=0.9",
         "policy.dtensor_cfg.tensor_parallel_size=8",
         "checkpointing.checkpoint_dir=/data/grpo-gsm8k",
+        "logger.log_dir=/data/grpo-gsm8k/logs",
         "data.dataset_name=ResponseDataset",
         "+data.train_data_path=/data/datasets/gsm8k/train.jsonl",
         "+data.val_data_path=/data/datasets/gsm8k/test.jsonl",
@@ -107,6 +109,13 @@ def test_wandb_when_the_key_exists_else_tensorboard(infra_outputs):
     assert "logger.wandb_enabled=True" in overrides
     assert "logger.wandb.name=r1" in overrides
     assert "logger.tensorboard_enabled=False" in overrides
+    assert "logger.log_dir=/data/r1/logs" in overrides  # logs on Lustre either way
+
+
+def test_the_training_batch_is_every_sample_of_a_step(infra_outputs):
+    infra = infra_of(infra_outputs["h200"])
+    overrides = grpo_overrides(job_with(infra, numPromptsPerStep=4, numGenerationsPerPrompt=6), infra)
+    assert "policy.train_global_batch_size=24" in overrides
 
 
 def test_colocated_generation(infra_outputs):
@@ -114,6 +123,10 @@ def test_colocated_generation(infra_outputs):
     overrides = grpo_overrides(job_with(infra, generationNodes=0), infra)
     assert "policy.generation.colocated.enabled=True" in overrides
     assert not any(o.startswith("policy.generation.colocated.resources") for o in overrides)
+    # Sharing the GPUs with training, vLLM keeps the recipe's share unless told otherwise.
+    assert not any(o.startswith("policy.generation.vllm_cfg.gpu_memory_utilization") for o in overrides)
+    told = grpo_overrides(job_with(infra, generationNodes=0, vllmGpuMemoryUtilization="0.5"), infra)
+    assert "policy.generation.vllm_cfg.gpu_memory_utilization=0.5" in told
 
 
 def test_extra_overrides_come_last(infra_outputs):
@@ -145,6 +158,14 @@ def test_extra_overrides_come_last(infra_outputs):
         ({"recipe": "/etc/passwd"}, "recipe", "examples/configs/"),
         ({"infraStack": ""}, "infraStack", "organization/nemo-rl-gke/h200"),
         ({"preflightLustreMinFraction": 2}, "preflightLustreMinFraction", "(0, 1]"),
+        # 8 training GPUs at TP 1 are 8 data-parallel ranks: 3 x 5 = 15 samples cannot be shared among them.
+        (
+            {"dtensorTensorParallelSize": 1, "numPromptsPerStep": 3, "numGenerationsPerPrompt": 5},
+            "numPromptsPerStep",
+            "(3 x 5 = 15) is the training batch (policy.train_global_batch_size) and must be a multiple of the 8",
+        ),
+        ({"extraOverrides": ["policy.train_global_batch_size=64"]}, "extraOverrides", "derived from numPromptsPerStep"),
+        ({"extraOverrides": ["++cluster.num_nodes=4"]}, "extraOverrides", "derived from numNodes"),
     ],
 )
 def test_bad_job_config_names_key_and_value(infra_outputs, values, key, fragment):
@@ -158,10 +179,12 @@ def test_bad_job_config_names_key_and_value(infra_outputs, values, key, fragment
 
 def test_training_gpus_divide_dtensor_tp_with_more_nodes(infra_outputs):
     infra = infra_of({**infra_outputs["h200"], "rayWorkerReplicas": 4})
-    job = job_with(infra, numNodes=4, generationNodes=1, dtensorTensorParallelSize=8)
-    assert job.num_nodes == 4  # 24 training GPUs, TP 8 divides them
+    job = job_with(infra, numNodes=4, generationNodes=1, dtensorTensorParallelSize=8, numPromptsPerStep=12)
+    assert job.num_nodes == 4  # 24 training GPUs, TP 8 divides them: 3 data-parallel ranks share 12 x 32 samples
     with pytest.raises(ConfigError, match="divisor of the 24 training GPUs"):
         job_with(infra, numNodes=4, generationNodes=1, dtensorTensorParallelSize=16)
+    with pytest.raises(ConfigError, match="multiple of the 3 data-parallel ranks"):
+        job_with(infra, numNodes=4, generationNodes=1, dtensorTensorParallelSize=8)
 
 
 @pytest.mark.parametrize(
@@ -243,6 +266,15 @@ def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failu
         "exp2-train",
     ]
     assert "step train did not succeed (exit 3)" in result.stderr
+
+
+def test_no_step_sets_a_job_runtime_env(infra_outputs):
+    """NeMo RL's init_ray() forwards the driver's whole environment as its runtime env; Ray refuses to merge it
+    with a job-level env that names any of the same variables (tests/jobs/test_runtime_env_on_ray.py shows it)."""
+    infra = infra_of(infra_outputs["h200"])
+    job = job_with(infra)
+    script = pipeline_script(job, infra, pipeline_steps(job, infra))
+    assert "--runtime-env" not in script and "env_vars" not in script
 
 
 def test_submitter_gets_the_entrypoint_as_one_bash_command(infra_outputs):

@@ -6,6 +6,7 @@ config is checked: what the run will really train with."""
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -45,26 +46,89 @@ def resolve(job: JobSettings, infra: InfraOutputs) -> dict[str, Any]:
     return resolve_with_nemo_rl(reference(NEMO_RL), entry_args(job, infra))
 
 
-@pytest.mark.parametrize("stack", ["dev", "h200", "b200"])
-def test_each_stacks_train_step_resolves_with_nemo_rls_loader(infra, stack):
-    net = infra[stack]
-    job = build_job_settings(stack_values(stack), net)
+WITH_WANDB = ("HF_TOKEN", "WANDB_API_KEY")
+
+# (stack, job config changes, infra secret keys or None for the stack's own): each stack's default run, then
+# variants that move what the pipeline derives (batch size, colocation, parallelism, logging).
+Case = tuple[str, dict[str, Any], tuple[str, ...] | None]
+CASES: list[Case] = [
+    ("dev", {}, None),
+    ("h200", {}, None),
+    ("b200", {}, None),
+    ("h200", {}, WITH_WANDB),
+    ("h200", {"numPromptsPerStep": 4, "numGenerationsPerPrompt": 8}, None),
+    ("h200", {"numPromptsPerStep": 64, "numGenerationsPerPrompt": 16}, WITH_WANDB),
+    ("h200", {"generationNodes": 0}, None),
+    ("h200", {"generationNodes": 0, "vllmGpuMemoryUtilization": "0.5"}, None),
+    ("h200", {"dtensorTensorParallelSize": 4, "vllmTensorParallelSize": 4}, None),
+    ("dev", {"dtensorTensorParallelSize": 2, "numPromptsPerStep": 16, "numGenerationsPerPrompt": 4}, None),
+    ("dev", {"vllmTensorParallelSize": 8, "dtensorTensorParallelSize": 8}, WITH_WANDB),
+]
+
+
+def training_data_parallel_size(config: dict[str, Any]) -> int:
+    """The data-parallel size NeMo RL v0.5.0 trains with, from the resolved config: the training GPUs (all of them
+    when generation is colocated, else those left after the generation nodes; algorithms/grpo.py setup) over
+    TP x CP of the DTensor policy (models/policy/lm_policy.py)."""
+    policy, cluster = config["policy"], config["cluster"]
+    assert policy["dtensor_cfg"]["enabled"] and not policy.get("megatron_cfg", {}).get("enabled", False)
+    colocated = policy["generation"]["colocated"]
+    nodes = cluster["num_nodes"]
+    if not colocated["enabled"]:
+        nodes -= colocated["resources"]["num_nodes"]
+    model_parallel = policy["dtensor_cfg"]["tensor_parallel_size"] * policy["dtensor_cfg"]["context_parallel_size"]
+    assert (nodes * cluster["gpus_per_node"]) % model_parallel == 0
+    return nodes * cluster["gpus_per_node"] // model_parallel
+
+
+def case_id(case: Case) -> str:
+    stack, changes, secret_keys = case
+    return "-".join([stack, *(f"{k}={v}" for k, v in changes.items()), "wandb" if secret_keys else "tensorboard"])
+
+
+@pytest.mark.parametrize(("stack", "changes", "secret_keys"), CASES, ids=[case_id(c) for c in CASES])
+def test_the_train_step_resolves_with_nemo_rls_loader(infra, stack, changes, secret_keys):
+    net = infra[stack] if secret_keys is None else replace(infra[stack], secret_keys=secret_keys)
+    job = build_job_settings(stack_values(stack, **changes), net)
     config = resolve(job, net)
+
     assert config["cluster"] == {"num_nodes": job.num_nodes, "gpus_per_node": net.gpus_per_node}
-    assert config["grpo"]["num_prompts_per_step"] == job.num_prompts_per_step
-    assert config["grpo"]["num_generations_per_prompt"] == job.num_generations_per_prompt
-    assert config["grpo"]["max_num_steps"] == job.max_num_steps
-    generation = config["policy"]["generation"]
+    grpo, policy = config["grpo"], config["policy"]
+    assert grpo["num_prompts_per_step"] == job.num_prompts_per_step
+    assert grpo["num_generations_per_prompt"] == job.num_generations_per_prompt
+    assert grpo["max_num_steps"] == job.max_num_steps
+
+    # One optimizer step per GRPO step, over every sample, shared evenly by the data-parallel ranks (and, without
+    # dynamic batching or sequence packing, cut into whole micro batches on each rank).
+    samples = job.num_prompts_per_step * job.num_generations_per_prompt
+    assert policy["train_global_batch_size"] == samples
+    data_parallel = training_data_parallel_size(config)
+    assert samples % data_parallel == 0
+    if not policy["dynamic_batching"]["enabled"] and not policy["sequence_packing"]["enabled"]:
+        assert (samples // data_parallel) % policy["train_micro_batch_size"] == 0
+
+    generation = policy["generation"]
     assert generation["colocated"]["enabled"] == (job.generation_nodes == 0)
     if job.generation_nodes:
-        assert generation["colocated"]["resources"] == {
-            "num_nodes": job.generation_nodes,
-            "gpus_per_node": net.gpus_per_node,
-        }
+        assert generation["colocated"]["resources"] == {"num_nodes": job.generation_nodes, "gpus_per_node": 8}
     assert generation["vllm_cfg"]["tensor_parallel_size"] == job.vllm_tensor_parallel_size
-    assert config["policy"]["dtensor_cfg"]["tensor_parallel_size"] == job.dtensor_tensor_parallel_size
-    assert config["checkpointing"]["checkpoint_dir"] == f"{net.mount_path}/{job.run_name}"
+    assert policy["dtensor_cfg"]["tensor_parallel_size"] == job.dtensor_tensor_parallel_size
+    expected_share = changes.get("vllmGpuMemoryUtilization") or (0.9 if job.generation_nodes else 0.6)
+    assert generation["vllm_cfg"]["gpu_memory_utilization"] == float(expected_share)
+
+    # Checkpoints, logs and TensorBoard event files live with the run on Lustre, not on the head pod's disk.
+    run_dir = f"{net.mount_path}/{job.run_name}"
+    assert run_dir.startswith("/data/")
+    assert config["checkpointing"]["checkpoint_dir"] == run_dir
+    assert config["logger"]["log_dir"] == f"{run_dir}/logs"
+    with_wandb = "WANDB_API_KEY" in net.secret_keys
+    assert config["logger"]["wandb_enabled"] is with_wandb
+    assert config["logger"]["tensorboard_enabled"] is not with_wandb
+    if with_wandb:
+        assert config["logger"]["wandb"]["name"] == job.run_name
+
     assert config["data"]["train_data_path"] == f"{net.mount_path}/datasets/gsm8k/train.jsonl"
+    assert config["data"]["val_data_path"] == f"{net.mount_path}/datasets/gsm8k/test.jsonl"
 
 
 def test_an_override_nemo_rl_does_not_know_is_refused(infra):

@@ -1,0 +1,107 @@
+"""Each pipeline step submitted exactly as the submitter pod submits it (the same ray_submit.py flags and runtime
+env), to the real Ray 2.49.2 head of the tests, with a driver that runs NeMo RL v0.5.0's own `init_ray()` (loaded
+from ../shared/reference/): it must attach to the cluster. The job-level runtime env the pipeline used to pass
+(HF_HOME) makes the same driver fail there, which is what burnt the train step's submission id."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+from conftest import ROOT, run_infra_stack
+from launcher.pipeline import SUBMITTER, pipeline_steps, submit_command
+from launcher.settings import InfraOutputs, build_infra_outputs, build_job_settings
+from upstream import reference
+
+pytestmark = pytest.mark.timeout(300)
+
+# What NeMo RL's GRPO entrypoint does first: init_ray() (nemo_rl/distributed/virtual_cluster.py, imported by path;
+# it needs only Ray). Starting a fresh local cluster instead of attaching would be a failure too.
+DRIVER = """
+import importlib.util, sys
+import ray
+
+spec = importlib.util.spec_from_file_location("nemo_rl_virtual_cluster", sys.argv[1])
+virtual_cluster = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(virtual_cluster)
+
+attach = ray.init
+def only_attach(*args, **kwargs):
+    if kwargs.get("address") != "auto":
+        raise SystemExit("init_ray did not attach to the running cluster; it would start a local one")
+    return attach(*args, **kwargs)
+ray.init = only_attach
+
+virtual_cluster.init_ray()
+print("init_ray attached; GPUs:", ray.cluster_resources().get("GPU"))
+"""
+OLD_RUNTIME_ENV = {"env_vars": {"HF_HOME": "/data/hf-cache"}}
+
+
+@pytest.fixture(scope="module")
+def h200() -> InfraOutputs:
+    return build_infra_outputs(run_infra_stack("h200").outputs)
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The entrypoint Ray runs: NeMo RL's init_ray from the reference, with this interpreter (it has Ray 2.49.2)."""
+    init_ray_source = reference("nemo-rl-v0.5.0") / "nemo_rl" / "distributed" / "virtual_cluster.py"
+    path = tmp_path_factory.mktemp("driver") / "init_ray_driver.py"
+    path.write_text(DRIVER)
+    return [sys.executable, str(path), str(init_ray_source)]
+
+
+def as_submitted(command: list[str], ray_address: str, driver: list[str], extra: tuple[str, ...] = ()) -> list[str]:
+    """The pipeline's submit command, run here: this interpreter and the repository's ray_submit.py, the test head's
+    address, a fresh submission id (one head serves the whole session), the driver as the entrypoint. Every other
+    flag stays exactly as the pipeline wrote it."""
+    cut = command.index("--")
+    assert command[:2] == ["python", SUBMITTER]
+    flags = []
+    for word in command[2:cut]:
+        if word.startswith("--address="):
+            word = f"--address={ray_address}"
+        elif word.startswith("--submission-id="):
+            word = f"{word}-{uuid.uuid4().hex[:6]}"
+        flags.append(word)
+    return [sys.executable, str(ROOT / "jobs" / "ray_submit.py"), *flags, *extra, "--", *driver]
+
+
+def submit(args: list[str]) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return subprocess.run(args, capture_output=True, text=True, timeout=240, env=env, check=False)
+
+
+def submit_flags(command: list[str]) -> tuple[str, ...]:
+    """What a step's submission adds beyond its own address and id (a runtime env, for one)."""
+    return tuple(w for w in command[2 : command.index("--")] if not w.startswith(("--address=", "--submission-id=")))
+
+
+def test_every_step_as_submitted_lets_init_ray_attach(ray_address: str, h200: InfraOutputs, driver: list[str]):
+    job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, h200)
+    steps = pipeline_steps(job, h200)
+    assert {"prepare-data", "train", "convert-hf"} <= {step.name for step in steps}
+    # One submission per distinct way of submitting (steps submitted alike behave alike on Ray; today all are).
+    distinct = {submit_flags(submit_command(step, h200)): step for step in steps}
+    for step in distinct.values():
+        result = submit(as_submitted(submit_command(step, h200), ray_address, driver))
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, f"{step.name}:\n{output}"
+        assert "init_ray attached; GPUs: 2.0" in result.stdout, f"{step.name}:\n{output}"
+
+
+def test_the_old_job_runtime_env_fails_init_ray(ray_address: str, h200: InfraOutputs, driver: list[str]):
+    """The check above can fail: with the job-level HF_HOME the pipeline passed before, init_ray's own runtime env
+    (the driver's environment, HF_HOME included) cannot be merged and the job FAILS."""
+    job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, h200)
+    train = next(step for step in pipeline_steps(job, h200) if step.name == "train")
+    old = ("--runtime-env-json", json.dumps(OLD_RUNTIME_ENV))
+    result = submit(as_submitted(submit_command(train, h200), ray_address, driver, extra=old))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Failed to merge the Job's runtime env" in result.stdout
+    assert "init_ray attached" not in result.stdout
