@@ -29,18 +29,26 @@ class NemoRlRelease:
     ray_version: str  # the Ray the image runs (pyproject.toml / uv.lock): the RayCluster's rayVersion
     grpo_entrypoint: str  # the GRPO script, relative to the NeMo RL sources in the image
     data_layout: str  # FLAT_DATA or PER_SPLIT_DATA
+    # From this DTensor tensor-parallel size on, the policy refuses a logprob batch size other than the micro batch
+    # size (a batch-variant accuracy check in nemo_rl/models/policy/lm_policy.py, new in v0.7.0); None: no check.
+    logprob_batch_check_from_tp: int | None
 
-    def as_output(self) -> dict[str, str]:
+    def as_output(self) -> dict[str, str | int | None]:
         """The stack output the job stack reads (its Ray version is exported on its own, as `rayVersion`)."""
-        return {"tag": self.tag, "grpoEntrypoint": self.grpo_entrypoint, "dataLayout": self.data_layout}
+        return {
+            "tag": self.tag,
+            "grpoEntrypoint": self.grpo_entrypoint,
+            "dataLayout": self.data_layout,
+            "logprobBatchCheckFromTp": self.logprob_batch_check_from_tp,
+        }
 
 
 NEMO_RL_RELEASES: dict[str, NemoRlRelease] = {
     release.tag: release
     for release in (
-        NemoRlRelease("v0.5.0", "2.49.2", "examples/run_grpo_math.py", FLAT_DATA),
+        NemoRlRelease("v0.5.0", "2.49.2", "examples/run_grpo_math.py", FLAT_DATA, None),
         # v0.6.0 replaced run_grpo_math.py with run_grpo.py and moved to per-split data; v0.7.0 moved to Ray 2.55.1.
-        NemoRlRelease("v0.7.0", "2.55.1", "examples/run_grpo.py", PER_SPLIT_DATA),
+        NemoRlRelease("v0.7.0", "2.55.1", "examples/run_grpo.py", PER_SPLIT_DATA, 4),
     )
 }
 DEFAULT_IMAGE = "nvcr.io/nvidia/nemo-rl:v0.5.0"

@@ -186,6 +186,7 @@ def test_v0_7_0_ray_cluster_and_outputs(v070_run: Any) -> None:
         "tag": "v0.7.0",
         "grpoEntrypoint": "examples/run_grpo.py",
         "dataLayout": PER_SPLIT_DATA,
+        "logprobBatchCheckFromTp": 4,
     }
 
 
@@ -195,4 +196,5 @@ def test_default_outputs_carry_the_v0_5_0_row(stack_run: Any) -> None:
         "tag": "v0.5.0",
         "grpoEntrypoint": "examples/run_grpo_math.py",
         "dataLayout": FLAT_DATA,
+        "logprobBatchCheckFromTp": None,
     }

@@ -90,8 +90,13 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
     overrides.append(f"policy.generation.vllm_cfg.tensor_parallel_size={job.vllm_tensor_parallel_size}")
     if job.vllm_gpu_memory_utilization is not None:
         overrides.append(f"policy.generation.vllm_cfg.gpu_memory_utilization={job.vllm_gpu_memory_utilization:g}")
+    overrides.append(f"policy.dtensor_cfg.tensor_parallel_size={job.dtensor_tensor_parallel_size}")
+    check_from_tp = infra.nemo_rl_release.logprob_batch_check_from_tp
+    if check_from_tp is not None and job.dtensor_tensor_parallel_size >= check_from_tp:
+        # NeMo RL refuses to start otherwise (the Gemma 3 27B recipes use micro batch 1, logprob batch 4); the
+        # interpolation follows whatever micro batch the recipe sets.
+        overrides.append("policy.logprob_batch_size=${policy.train_micro_batch_size}")
     overrides += [
-        f"policy.dtensor_cfg.tensor_parallel_size={job.dtensor_tensor_parallel_size}",
         f"checkpointing.checkpoint_dir={ckpt}",
         f"logger.log_dir={log_dir(job, infra)}",
         *data_overrides(infra),

@@ -50,6 +50,9 @@ class NemoRlRelease:
     tag: str
     grpo_entrypoint: str  # relative to the NeMo RL sources in the image
     data_layout: str  # one of DATA_LAYOUTS
+    # From this DTensor tensor-parallel size on, NeMo RL needs policy.logprob_batch_size equal to the micro batch
+    # size (v0.7.0's batch-variant accuracy check); None when the release has no such check.
+    logprob_batch_check_from_tp: int | None
 
 
 @dataclass(frozen=True)
@@ -200,7 +203,17 @@ def _release(raw: Any, image: str, stack: str) -> NemoRlRelease:
         raise ConfigError(f"{key}.grpoEntrypoint", raw["grpoEntrypoint"], "a script under examples/ ending in .py")
     if raw["dataLayout"] not in DATA_LAYOUTS:
         raise ConfigError(f"{key}.dataLayout", raw["dataLayout"], f"one of {list(DATA_LAYOUTS)}")
-    return NemoRlRelease(tag=raw["tag"], grpo_entrypoint=raw["grpoEntrypoint"], data_layout=raw["dataLayout"])
+    check_from_tp = raw.get("logprobBatchCheckFromTp")
+    if isinstance(check_from_tp, float) and check_from_tp.is_integer():
+        check_from_tp = int(check_from_tp)  # numbers cross the stack boundary as floats
+    if check_from_tp is not None and (not isinstance(check_from_tp, int) or isinstance(check_from_tp, bool)):
+        raise ConfigError(f"{key}.logprobBatchCheckFromTp", check_from_tp, "a tensor-parallel size or null")
+    return NemoRlRelease(
+        tag=raw["tag"],
+        grpo_entrypoint=raw["grpoEntrypoint"],
+        data_layout=raw["dataLayout"],
+        logprob_batch_check_from_tp=check_from_tp,
+    )
 
 
 def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSettings:
