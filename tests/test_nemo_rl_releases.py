@@ -25,6 +25,7 @@ from infra.nemo_rl_releases import (
     image_tag,
     release_for,
 )
+from infra.settings import ConfigError
 
 RELEASES = list(NEMO_RL_RELEASES.values())
 V070_IMAGE = "nvcr.io/nvidia/nemo-rl:v0.7.0"
@@ -157,8 +158,10 @@ def test_v0_7_0_image_selects_its_row(image: str) -> None:
 
 
 def test_unknown_tag_without_ray_version_is_refused_naming_the_known_tags() -> None:
-    error = expect_error("rayVersion", "None", "v0.5.0, v0.7.0", nemoRlImage="nvcr.io/nvidia/nemo-rl:v0.6.0")
-    assert "nvcr.io/nvidia/nemo-rl:v0.6.0" in str(error)
+    with pytest.raises(ConfigError) as caught:
+        settings_with(nemoRlImage="nvcr.io/nvidia/nemo-rl:v0.6.0")
+    assert (caught.value.key, caught.value.value) == ("rayVersion", None)
+    assert "nvcr.io/nvidia/nemo-rl:v0.6.0" in str(caught.value) and "v0.5.0, v0.7.0" in str(caught.value)
     custom = settings_with(nemoRlImage="nvcr.io/nvidia/nemo-rl:v0.6.0", rayVersion="2.54.0")
     assert custom.ray_version == "2.54.0" and custom.nemo_rl_release is None
 
