@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 CHECKOV_VENV := .venv-checkov
 # NeMo RL's config loader (omegaconf, hydra-core at the versions NeMo RL locks) clashes with the project's pins too.
 NEMORL_VENV := .venv-nemorl
+# The Ray of NeMo RL v0.7.0's image, for the submitter tests against that version; .venv has v0.5.0's.
+RAY_V070_VENV := .venv-ray2551
 STACK ?= dev
 # Where torch comes from: PyTorch's CPU-only index, so `make test` never pulls the multi-GB CUDA build PyPI serves on
 # Linux. Set it empty (TORCH_INDEX=) where pip already finds a CPU wheel, as on a machine with a local wheel cache.
@@ -38,6 +40,11 @@ $(NEMORL_VENV)/.installed: requirements-nemorl.txt
 	$(NEMORL_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-nemorl.txt
 	touch $@
 
+$(RAY_V070_VENV)/.installed: requirements-ray2551.txt
+	$(PYTHON) -m venv $(RAY_V070_VENV)
+	$(RAY_V070_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-ray2551.txt
+	touch $@
+
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -47,7 +54,7 @@ typecheck: $(BIN)/.installed
 	cd jobs && ../$(BIN)/mypy --config-file ../pyproject.toml __main__.py
 
 # The NeMo RL loader tests run tools/nemorl_config.py with $(NEMORL_VENV)'s Python.
-unit: $(BIN)/.installed $(NEMORL_VENV)/.installed
+unit: $(BIN)/.installed $(NEMORL_VENV)/.installed $(RAY_V070_VENV)/.installed
 	$(BIN)/pytest
 
 # Renders every stack's plan into build/<stack>/ and fails on any checkov finding not in checkov-skips.yaml.

@@ -12,6 +12,7 @@ from typing import Any
 import pulumi
 
 from infra import gke_rules
+from infra.nemo_rl_releases import DEFAULT_IMAGE, NEMO_RL_RELEASES, NemoRlRelease, release_for
 from infra.presets import CPU_MACHINES, GPU_PRESETS, CpuMachine, GpuPreset
 from infra.sizing import allocatable_cpu, allocatable_memory_bytes, cpu_cores, memory_bytes
 
@@ -23,9 +24,6 @@ LUSTRE_TIERS: dict[int, tuple[int, int, int, int, int]] = {
     250: (36_000, 36_000, 6_120_000, 288_000, 40_032_000),
     125: (72_000, 72_000, 12_240_000, 72_000, 12_240_000),
 }
-# Ray version inside each NeMo RL image tag we know; any other image needs `rayVersion` set.
-NEMO_RL_RAY_VERSIONS = {"v0.5.0": "2.49.2"}
-
 _CLUSTER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,22}[a-z0-9]$")
 _FILESYSTEM_RE = re.compile(r"^[A-Za-z0-9]{1,8}$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
@@ -101,6 +99,7 @@ class InfraSettings:
     namespace: str
     kubernetes_service_account: str
     nemo_rl_image: str
+    nemo_rl_release: NemoRlRelease | None  # the row of the image's tag; None for a tag we do not know
     ray_version: str
     ray_head: PodResources
     ray_worker: PodResources
@@ -416,15 +415,24 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
     if not _DNS_LABEL_RE.match(ksa):
         raise ConfigError("kubernetesServiceAccount", ksa, "a DNS label: a-z, 0-9, '-', 1-63 characters")
 
-    image = str(values.get("nemoRlImage", "nvcr.io/nvidia/nemo-rl:v0.5.0"))
+    image = str(values.get("nemoRlImage", DEFAULT_IMAGE))
     if not _IMAGE_RE.match(image) or image.endswith(":latest"):
+        raise ConfigError("nemoRlImage", image, f"an image reference with a pinned tag, e.g. {DEFAULT_IMAGE}")
+    release = release_for(image)
+    ray_version = values.get("rayVersion") or (release.ray_version if release else None)
+    if release and str(ray_version) != release.ray_version:
+        # Most likely a rayVersion left over from another image: the tag alone decides for a known release.
         raise ConfigError(
-            "nemoRlImage", image, "an image reference with a pinned tag, e.g. nvcr.io/nvidia/nemo-rl:v0.5.0"
+            "rayVersion",
+            ray_version,
+            f"empty or {release.ray_version}, the Ray inside NeMo RL {release.tag} ({image})",
         )
-    ray_version = values.get("rayVersion") or NEMO_RL_RAY_VERSIONS.get(image.rsplit(":", 1)[1])
     if not ray_version:
         raise ConfigError(
-            "rayVersion", ray_version, f"the Ray version inside {image} (known: {NEMO_RL_RAY_VERSIONS}); set it"
+            "rayVersion",
+            ray_version,
+            f"the Ray version inside {image}, whose tag is none of the known NeMo RL releases "
+            f"({', '.join(NEMO_RL_RELEASES)}): set rayVersion, or use one of those tags",
         )
     if not _RAY_VERSION_RE.match(str(ray_version)):
         raise ConfigError("rayVersion", ray_version, "a Ray release such as 2.49.2")
@@ -471,6 +479,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         namespace=namespace,
         kubernetes_service_account=ksa,
         nemo_rl_image=image,
+        nemo_rl_release=release,
         ray_version=str(ray_version),
         ray_head=ray_head,
         ray_worker=ray_worker,

@@ -171,6 +171,14 @@ def ray_gcs_address(ray_address: str) -> str:
 
 @pytest.fixture(scope="session")
 def ray_address() -> Iterator[str]:
+    with ray_head(RAY_BIN) as address:
+        yield address
+
+
+@contextlib.contextmanager
+def ray_head(ray_bin: Path) -> Iterator[str]:
+    """A head started with `ray_bin` (its virtualenv's Ray version) on loopback; yields the Jobs API address and
+    stops every process of it on exit."""
     temp_dir = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
     (
         gcs,
@@ -184,7 +192,7 @@ def ray_address() -> Iterator[str]:
         runtime_env_agent,
     ) = free_ports(9)
     cmd = [
-        str(RAY_BIN),
+        str(ray_bin),
         "start",
         "--head",
         "--node-ip-address=127.0.0.1",

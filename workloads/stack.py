@@ -173,6 +173,10 @@ def export_workloads(settings: InfraSettings, workloads: Workloads) -> None:
     pulumi.export("gpusPerNode", settings.preset.gpus_per_node)
     pulumi.export("nemoRlImage", settings.nemo_rl_image)
     pulumi.export("rayVersion", settings.ray_version)
+    # The job stack builds the pipeline from this row (entrypoint, data layout); None for an image tag of no known
+    # release, which the job stack refuses.
+    release = settings.nemo_rl_release
+    pulumi.export("nemoRlRelease", release.as_output() if release else None)
     pulumi.export(
         "dashboardPortForward",
         f"kubectl --namespace {settings.namespace} port-forward service/{service} {DASHBOARD_PORT}:{DASHBOARD_PORT}",

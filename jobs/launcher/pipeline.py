@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from launcher.settings import InfraOutputs, JobSettings
+from launcher.settings import FLAT_DATA, InfraOutputs, JobSettings
 
 NEMO_RL_DIR = "/opt/nemo-rl"  # where the NeMo RL image keeps its sources and uv project
 SCRIPTS_MOUNT = "/opt/launcher"  # the ConfigMap with our scripts, inside the submitter pod
@@ -39,12 +39,37 @@ def scripts_dir(job: JobSettings, infra: InfraOutputs) -> str:
     return f"{checkpoint_dir(job, infra)}/scripts"
 
 
+def data_overrides(infra: InfraOutputs) -> list[str]:
+    """The prepared GSM8K files as the release's config names its data: train.jsonl to train on, test.jsonl (GSM8K's
+    test split) to validate on, rows read as `input` (the question) and `output` (only the final answer, so the math
+    reward can match the model's boxed answer: raw GSM8K answers always score 0)."""
+    data = dataset_dir(infra)
+    if infra.nemo_rl_release.data_layout == FLAT_DATA:
+        return [
+            "data.dataset_name=ResponseDataset",
+            f"+data.train_data_path={data}/train.jsonl",
+            f"+data.val_data_path={data}/test.jsonl",
+            "+data.input_key=input",
+            "+data.output_key=output",
+        ]
+    # PER_SPLIT_DATA: the same files through the same ResponseDataset. The base config splits 5% of the training
+    # data off as extra validation data unless split_validation_size is 0: validation stays GSM8K's test split.
+    return [
+        "data.train.dataset_name=ResponseDataset",
+        f"+data.train.data_path={data}/train.jsonl",
+        "data.train.split_validation_size=0",
+        "+data.validation.dataset_name=ResponseDataset",
+        f"+data.validation.data_path={data}/test.jsonl",
+        "+data.default.input_key=input",
+        "+data.default.output_key=output",
+    ]
+
+
 def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
-    """Hydra-style overrides for examples/run_grpo_math.py, in a fixed order; extraOverrides come last so
+    """Hydra-style overrides for the release's GRPO entrypoint, in a fixed order; extraOverrides come last so
     they win."""
     gpus = infra.gpus_per_node
     ckpt = checkpoint_dir(job, infra)
-    data = dataset_dir(infra)
     overrides = [
         f"cluster.num_nodes={job.num_nodes}",
         f"cluster.gpus_per_node={gpus}",
@@ -65,17 +90,16 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
     overrides.append(f"policy.generation.vllm_cfg.tensor_parallel_size={job.vllm_tensor_parallel_size}")
     if job.vllm_gpu_memory_utilization is not None:
         overrides.append(f"policy.generation.vllm_cfg.gpu_memory_utilization={job.vllm_gpu_memory_utilization:g}")
+    overrides.append(f"policy.dtensor_cfg.tensor_parallel_size={job.dtensor_tensor_parallel_size}")
+    check_from_tp = infra.nemo_rl_release.logprob_batch_check_from_tp
+    if check_from_tp is not None and job.dtensor_tensor_parallel_size >= check_from_tp:
+        # NeMo RL refuses to start otherwise (the Gemma 3 27B recipes use micro batch 1, logprob batch 4); the
+        # interpolation follows whatever micro batch the recipe sets.
+        overrides.append("policy.logprob_batch_size=${policy.train_micro_batch_size}")
     overrides += [
-        f"policy.dtensor_cfg.tensor_parallel_size={job.dtensor_tensor_parallel_size}",
         f"checkpointing.checkpoint_dir={ckpt}",
         f"logger.log_dir={log_dir(job, infra)}",
-        "data.dataset_name=ResponseDataset",
-        # The prepared files hold the question as `input` and only the final answer as `output`, so the
-        # math reward can match the model's \boxed{} answer (raw GSM8K answers always score 0).
-        f"+data.train_data_path={data}/train.jsonl",
-        f"+data.val_data_path={data}/test.jsonl",
-        "+data.input_key=input",
-        "+data.output_key=output",
+        *data_overrides(infra),
     ]
     if "WANDB_API_KEY" in infra.secret_keys:
         overrides += [
@@ -146,7 +170,7 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
         Step(
             "train",
             f"{job.run_name}-train",
-            _in_nemo_rl("examples/run_grpo_math.py", f"--config={job.recipe}", *grpo_overrides(job, infra)),
+            _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, f"--config={job.recipe}", *grpo_overrides(job, infra)),
             on_failure="the driver log above (model access with HF_TOKEN, GPU memory, the recipe's overrides)",
         )
     )

@@ -51,6 +51,25 @@ class UnknownKeyError(ConfigError):
 DEFAULT_SECONDS_PER_STEP = 92.8
 
 
+# The data layouts the pipeline writes overrides for; the infra's release table (infra/nemo_rl_releases.py) names one
+# per release: FLAT_DATA up to NeMo RL v0.5.0, PER_SPLIT_DATA (data.train / data.validation) from v0.6.0.
+FLAT_DATA = "flat"
+PER_SPLIT_DATA = "per-split"
+DATA_LAYOUTS = (FLAT_DATA, PER_SPLIT_DATA)
+
+
+@dataclass(frozen=True)
+class NemoRlRelease:
+    """The infra's `nemoRlRelease` output: what the pipeline must do differently for the image's NeMo RL release."""
+
+    tag: str
+    grpo_entrypoint: str  # relative to the NeMo RL sources in the image
+    data_layout: str  # one of DATA_LAYOUTS
+    # From this DTensor tensor-parallel size on, NeMo RL needs policy.logprob_batch_size equal to the micro batch
+    # size (v0.7.0's batch-variant accuracy check); None when the release has no such check.
+    logprob_batch_check_from_tp: int | None
+
+
 @dataclass(frozen=True)
 class InfraOutputs:
     """What the job stack needs from the infra stack's outputs (kubeconfig stays a secret Output)."""
@@ -65,6 +84,7 @@ class InfraOutputs:
     ray_worker_replicas: int
     image: str
     ray_version: str
+    nemo_rl_release: NemoRlRelease
     cpu_node_pool: str
     lustre_capacity_gib: int
     lustre_throughput_mbps_per_tib: int
@@ -179,6 +199,7 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
     found = outputs.get("estimatedCost")
     cost: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     hourly = cost.get("gpuNodePerHour")
+    image = need("nemoRlImage", str)
     return InfraOutputs(
         namespace=need("namespace", str),
         ray_address=address,
@@ -188,8 +209,9 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         submitter_label=next((str(k), str(v)) for k, v in label.items()),
         gpus_per_node=gpus,
         ray_worker_replicas=replicas,
-        image=need("nemoRlImage", str),
+        image=image,
         ray_version=need("rayVersion", str),
+        nemo_rl_release=_release(outputs.get("nemoRlRelease"), image, stack),
         cpu_node_pool=need("cpuNodePool", str),
         lustre_capacity_gib=need("lustreCapacityGib", (int,)),
         lustre_throughput_mbps_per_tib=need("lustreThroughputMbpsPerTib", (int,)),
@@ -200,6 +222,35 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         if isinstance(hourly, (int, float)) and not isinstance(hourly, bool)
         else None,
         prices_read_on=str(cost.get("pricesReadOn") or ""),
+    )
+
+
+def _release(raw: Any, image: str, stack: str) -> NemoRlRelease:
+    key = "infraStack output 'nemoRlRelease'"
+    if raw is None:
+        raise ConfigError(
+            key,
+            None,
+            f"the NeMo RL release of the infra's image {image}: its tag is not a release the pipeline knows (see "
+            f"the README's NeMo RL versions), or {stack} predates this output (run `pulumi up` in the infra project)",
+        )
+    fields = ("tag", "grpoEntrypoint", "dataLayout")
+    if not isinstance(raw, Mapping) or any(not isinstance(raw.get(name), str) for name in fields):
+        raise ConfigError(key, raw, f"an object with the strings {', '.join(fields)}")
+    if not re.fullmatch(r"examples/[A-Za-z0-9_./\-]+\.py", raw["grpoEntrypoint"]) or ".." in raw["grpoEntrypoint"]:
+        raise ConfigError(f"{key}.grpoEntrypoint", raw["grpoEntrypoint"], "a script under examples/ ending in .py")
+    if raw["dataLayout"] not in DATA_LAYOUTS:
+        raise ConfigError(f"{key}.dataLayout", raw["dataLayout"], f"one of {list(DATA_LAYOUTS)}")
+    check_from_tp = raw.get("logprobBatchCheckFromTp")
+    if isinstance(check_from_tp, float) and check_from_tp.is_integer():
+        check_from_tp = int(check_from_tp)  # numbers cross the stack boundary as floats
+    if check_from_tp is not None and (not isinstance(check_from_tp, int) or isinstance(check_from_tp, bool)):
+        raise ConfigError(f"{key}.logprobBatchCheckFromTp", check_from_tp, "a tensor-parallel size or null")
+    return NemoRlRelease(
+        tag=raw["tag"],
+        grpo_entrypoint=raw["grpoEntrypoint"],
+        data_layout=raw["dataLayout"],
+        logprob_batch_check_from_tp=check_from_tp,
     )
 
 

@@ -1,7 +1,8 @@
-"""The train step's overrides as NeMo RL itself takes them: each stack's recipe is loaded with NeMo RL's own loader
-(nemo_rl/utils/config.py from ../shared/reference/, in .venv-nemorl) and every override the pipeline generates is
-applied the way examples/run_grpo_math.py applies them (strict: an unknown key is an error), then the resolved
-config is checked: what the run will really train with."""
+"""The train step's overrides as NeMo RL itself takes them, for every supported release: each stack's recipe is
+loaded with that release's own loader (nemo_rl/utils/config.py from ../shared/reference/nemo-rl-<tag>, in
+.venv-nemorl) and every override the pipeline generates for that release is applied the way its GRPO entrypoint
+applies them (strict: an unknown key is an error), then the resolved config is checked: what the run will really
+train with."""
 
 from __future__ import annotations
 
@@ -13,19 +14,28 @@ import pytest
 import upstream
 from conftest import ROOT, run_infra_stack
 from launcher.pipeline import entrypoint_text, pipeline_steps
-from launcher.settings import InfraOutputs, JobSettings, build_infra_outputs, build_job_settings
+from launcher.settings import FLAT_DATA, InfraOutputs, JobSettings, build_infra_outputs, build_job_settings
 from upstream import NemoRlRefusedError, reference, resolve_with_nemo_rl
 
+from infra.nemo_rl_releases import NEMO_RL_RELEASES
 from tools.offline import load_stack_config
 
-NEMO_RL = "nemo-rl-v0.5.0"
-ENTRYPOINT = "examples/run_grpo_math.py"
+STACKS = ("dev", "h200", "b200")
+RELEASES = tuple(NEMO_RL_RELEASES)
 
 
 @pytest.fixture(scope="module")
-def infra() -> dict[str, InfraOutputs]:
-    """Each infra stack file's real outputs."""
-    return {stack: build_infra_outputs(run_infra_stack(stack).outputs) for stack in ("dev", "h200", "b200")}
+def infra() -> dict[str, dict[str, InfraOutputs]]:
+    """Each infra stack file's real outputs, per release: the stack file's own image (v0.5.0), or the release's."""
+    return {
+        release: {
+            stack: build_infra_outputs(
+                run_infra_stack(stack, {"nemoRlImage": f"nvcr.io/nvidia/nemo-rl:{release}"}).outputs
+            )
+            for stack in STACKS
+        }
+        for release in RELEASES
+    }
 
 
 def stack_values(stack: str, **changes: Any) -> dict[str, Any]:
@@ -39,11 +49,12 @@ def entry_args(job: JobSettings, infra: InfraOutputs) -> list[str]:
     """The words the train step passes to NeMo RL's entrypoint, as bash will split them on the Ray head."""
     train = next(step for step in pipeline_steps(job, infra) if step.name == "train")
     words = shlex.split(entrypoint_text(train))
-    return words[words.index(ENTRYPOINT) + 1 :]
+    return words[words.index(infra.nemo_rl_release.grpo_entrypoint) + 1 :]
 
 
 def resolve(job: JobSettings, infra: InfraOutputs) -> dict[str, Any]:
-    return resolve_with_nemo_rl(reference(NEMO_RL), entry_args(job, infra))
+    """The config the release's GRPO entrypoint trains with, resolved by that release's loader."""
+    return resolve_with_nemo_rl(reference(f"nemo-rl-{infra.nemo_rl_release.tag}"), entry_args(job, infra))
 
 
 WITH_WANDB = ("HF_TOKEN", "WANDB_API_KEY")
@@ -67,9 +78,9 @@ CASES: list[Case] = [
 
 
 def training_data_parallel_size(config: dict[str, Any]) -> int:
-    """The data-parallel size NeMo RL v0.5.0 trains with, from the resolved config: the training GPUs (all of them
-    when generation is colocated, else those left after the generation nodes; algorithms/grpo.py setup) over
-    TP x CP of the DTensor policy (models/policy/lm_policy.py)."""
+    """The data-parallel size NeMo RL trains with, from the resolved config: the training GPUs (all of them when
+    generation is colocated, else those left after the generation nodes; algorithms/grpo.py setup) over TP x CP of
+    the DTensor policy (models/policy/lm_policy.py; the same computation in v0.5.0 and v0.7.0)."""
     policy, cluster = config["policy"], config["cluster"]
     assert policy["dtensor_cfg"]["enabled"] and not policy.get("megatron_cfg", {}).get("enabled", False)
     colocated = policy["generation"]["colocated"]
@@ -86,13 +97,16 @@ def case_id(case: Case) -> str:
     return "-".join([stack, *(f"{k}={v}" for k, v in changes.items()), "wandb" if secret_keys else "tensorboard"])
 
 
+@pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize(("stack", "changes", "secret_keys"), CASES, ids=[case_id(c) for c in CASES])
-def test_the_train_step_resolves_with_nemo_rls_loader(infra, stack, changes, secret_keys):
-    net = infra[stack] if secret_keys is None else replace(infra[stack], secret_keys=secret_keys)
+def test_the_train_step_resolves_with_nemo_rls_loader(infra, release, stack, changes, secret_keys):
+    net = infra[release][stack]
+    if secret_keys is not None:
+        net = replace(net, secret_keys=secret_keys)
     job = build_job_settings(stack_values(stack, **changes), net)
     config = resolve(job, net)
 
-    assert config["cluster"] == {"num_nodes": job.num_nodes, "gpus_per_node": net.gpus_per_node}
+    assert (config["cluster"]["num_nodes"], config["cluster"]["gpus_per_node"]) == (job.num_nodes, net.gpus_per_node)
     grpo, policy = config["grpo"], config["policy"]
     assert grpo["num_prompts_per_step"] == job.num_prompts_per_step
     assert grpo["num_generations_per_prompt"] == job.num_generations_per_prompt
@@ -113,6 +127,11 @@ def test_the_train_step_resolves_with_nemo_rls_loader(infra, stack, changes, sec
         assert generation["colocated"]["resources"] == {"num_nodes": job.generation_nodes, "gpus_per_node": 8}
     assert generation["vllm_cfg"]["tensor_parallel_size"] == job.vllm_tensor_parallel_size
     assert policy["dtensor_cfg"]["tensor_parallel_size"] == job.dtensor_tensor_parallel_size
+    # v0.7.0's policy refuses to start with TP >= 4 unless the logprob batch equals the micro batch
+    # (models/policy/lm_policy.py at v0.7.0); the release row carries the threshold.
+    check_from_tp = net.nemo_rl_release.logprob_batch_check_from_tp
+    if check_from_tp is not None and job.dtensor_tensor_parallel_size >= check_from_tp:
+        assert policy["logprob_batch_size"] == policy["train_micro_batch_size"]
     expected_share = changes.get("vllmGpuMemoryUtilization") or (0.9 if job.generation_nodes else 0.6)
     assert generation["vllm_cfg"]["gpu_memory_utilization"] == float(expected_share)
 
@@ -127,13 +146,23 @@ def test_the_train_step_resolves_with_nemo_rls_loader(infra, stack, changes, sec
     if with_wandb:
         assert config["logger"]["wandb"]["name"] == job.run_name
 
-    assert config["data"]["train_data_path"] == f"{net.mount_path}/datasets/gsm8k/train.jsonl"
-    assert config["data"]["val_data_path"] == f"{net.mount_path}/datasets/gsm8k/test.jsonl"
+    # Trains on the prepared train.jsonl, validates on GSM8K's test split (test.jsonl) and nothing else.
+    data, folder = config["data"], f"{net.mount_path}/datasets/gsm8k"
+    if net.nemo_rl_release.data_layout == FLAT_DATA:
+        assert (data["train_data_path"], data["val_data_path"]) == (f"{folder}/train.jsonl", f"{folder}/test.jsonl")
+        assert (data["input_key"], data["output_key"]) == ("input", "output")
+    else:
+        assert data["train"]["data_path"] == f"{folder}/train.jsonl"
+        assert data["train"]["split_validation_size"] == 0  # else 5% of train.jsonl is validated on too
+        assert data["validation"]["data_path"] == f"{folder}/test.jsonl"
+        assert data["train"]["dataset_name"] == data["validation"]["dataset_name"] == "ResponseDataset"
+        assert (data["default"]["input_key"], data["default"]["output_key"]) == ("input", "output")
 
 
-def test_an_override_nemo_rl_does_not_know_is_refused(infra):
+@pytest.mark.parametrize("release", RELEASES)
+def test_an_override_nemo_rl_does_not_know_is_refused(infra, release):
     """The check is strict, as the entrypoint is: a misspelt key fails here, not on the cluster."""
-    net = infra["dev"]
+    net = infra[release]["dev"]
     job = build_job_settings(stack_values("dev", extraOverrides=["grpo.max_num_stepz=3"]), net)
     with pytest.raises(NemoRlRefusedError, match=r"grpo\.max_num_stepz"):
         resolve(job, net)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import math_verify
 import pytest
@@ -16,6 +18,7 @@ from math_verify.errors import TimeoutException
 from math_verify.metric import math_metric
 from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
 from script_loader import load_script
+from upstream import reference
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "jobs" / "scripts" / "prepare_gsm8k.py"
@@ -428,3 +431,26 @@ def test_raw_gsm8k_answer_as_ground_truth_never_rewards(prepared: list[tuple[str
         response = "The answer is \\boxed{" + answer + "}"
         assert not boxed_matches(raw, response), raw
         assert nemo_rl_math_reward(response, raw) == 0.0, raw
+
+
+def test_v0_7_0_built_in_gsm8k_ground_truth_also_rewards_a_correct_answer(prepared: list[tuple[str, str]]) -> None:
+    """Evidence for the choice of data on v0.7.0 (README, NeMo RL versions): its built-in `gsm8k` dataset keeps the
+    text after '####' with its thousands separators, and the math reward still scores a correct answer 1 against it,
+    so the prepared files were kept for other reasons. The extraction is v0.7.0's own function, run on our rows."""
+    source_path = reference("nemo-rl-v0.7.0") / "nemo_rl" / "data" / "datasets" / "response_datasets" / "gsm8k.py"
+    source = source_path.read_text()
+    function = next(
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef) and node.name == "_extract_hash_answer"
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(ast.Module(body=[function], type_ignores=[]), str(source_path), "exec"), namespace)
+    built_in_truth = namespace["_extract_hash_answer"]
+    with_separators = 0
+    for raw, answer in prepared:
+        truth = built_in_truth(raw)
+        with_separators += "," in truth
+        assert nemo_rl_math_reward("The answer is \\boxed{" + answer + "}", truth) == 1.0, (truth, answer)
+        assert nemo_rl_math_reward("The answer is \\boxed{" + _wrong(answer) + "}", truth) == 0.0, truth
+    assert with_separators  # the sample has a '#### 1,250': the case where the two ground truths differ

@@ -1,0 +1,132 @@
+"""The submitter and the worker wait on NeMo RL v0.7.0's Ray: a real 2.55.1 head on loopback, driven by the scripts
+run with a 2.55.1 client (.venv-ray2551), as in the v0.7.0 image where the submitter pod and the cluster share one
+Ray. The full behaviour is tested on the default image's Ray in test_ray_submit.py and test_wait_for_workers.py;
+this module covers the calls every run makes: submit and follow, a repeated id, the worker count, and each v0.7.0
+step submitted as the pipeline submits it running v0.7.0's own init_ray (test_runtime_env_on_ray.py does the same
+for v0.5.0 on 2.49.2), with the job-level runtime env the pipeline no longer passes shown to fail it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_infra_stack
+from launcher.pipeline import pipeline_steps, submit_command
+from launcher.settings import InfraOutputs, build_infra_outputs, build_job_settings
+from ray_head import HEAD_GPUS, ray_head
+from test_runtime_env_on_ray import DRIVER, OLD_RUNTIME_ENV, as_submitted, submit, submit_flags
+from upstream import reference
+
+from infra.nemo_rl_releases import NEMO_RL_RELEASES
+
+pytestmark = pytest.mark.timeout(300)
+
+VENV = ROOT / ".venv-ray2551"
+RAY_VERSION = NEMO_RL_RELEASES["v0.7.0"].ray_version
+
+
+@pytest.fixture(scope="module")
+def python() -> Path:
+    """.venv-ray2551's Python, holding the Ray of the v0.7.0 row; skip (fail under CI) when it was not created."""
+    python = VENV / "bin" / "python"
+    if not python.is_file():
+        reason = f"no {VENV.name}: create it with `make {VENV.name}/.installed`"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason} (CI must run these tests, not skip them)")
+        pytest.skip(reason)
+    found = subprocess.run(
+        [str(python), "-c", "import ray; print(ray.__version__)"], capture_output=True, text=True, check=True
+    )
+    assert found.stdout.strip() == RAY_VERSION, "requirements-ray2551.txt must pin the Ray of the v0.7.0 row"
+    return python
+
+
+@pytest.fixture(scope="module")
+def address(python: Path) -> Iterator[str]:
+    with ray_head(python.parent / "ray") as address:
+        yield address
+
+
+def run(python: Path, script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONUNBUFFERED"] = "1"
+    return subprocess.run(
+        [str(python), str(ROOT / "jobs" / script), *args], capture_output=True, text=True, timeout=180, env=env
+    )
+
+
+def last_line(text: str) -> str:
+    return [line for line in text.splitlines() if line.strip()][-1]
+
+
+def test_the_head_is_the_v0_7_0_ray(address: str) -> None:
+    with urllib.request.urlopen(f"{address}/api/version", timeout=10) as response:
+        assert json.load(response)["ray_version"] == RAY_VERSION
+
+
+def test_submit_follow_and_repeat(python: Path, address: str, tmp_path: Path) -> None:
+    sid = f"t-v070-{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "runs.txt"
+    entry = ["--", "sh", "-c", f"echo answer-$((6*7)); echo ran >> {marker}"]
+    first = run(python, "ray_submit.py", "--address", address, "--submission-id", sid, *entry)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout.count("answer-42") == 1, first.stdout
+    assert last_line(first.stdout) == f"ray_submit: job {sid} SUCCEEDED"
+    again = run(python, "ray_submit.py", "--address", address, "--submission-id", sid, *entry)
+    assert again.returncode == 0 and "already SUCCEEDED" in again.stdout, again.stdout + again.stderr
+    assert marker.read_text().splitlines() == ["ran"]
+
+
+def test_the_worker_wait_counts_gpu_nodes(python: Path, address: str) -> None:
+    ready = run(python, "wait_for_workers.py", "--address", address, "--nodes", "1", "--gpus-per-node", str(HEAD_GPUS))
+    assert ready.returncode == 0, ready.stdout + ready.stderr
+    assert f"1 of 1 Ray GPU workers ({HEAD_GPUS} GPUs each) are up" in ready.stdout
+    short = ("--timeout-s", "2", "--poll-s", "0.5")
+    too_big = run(python, "wait_for_workers.py", "--address", address, "--nodes", "1", "--gpus-per-node", "8", *short)
+    assert too_big.returncode != 0 and "0 of 1 Ray GPU workers (8 GPUs each) are up" in too_big.stdout
+
+
+@pytest.fixture(scope="module")
+def v070_h200() -> InfraOutputs:
+    return build_infra_outputs(run_infra_stack("h200", {"nemoRlImage": "nvcr.io/nvidia/nemo-rl:v0.7.0"}).outputs)
+
+
+@pytest.fixture(scope="module")
+def driver(python: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The entrypoint Ray runs: NeMo RL v0.7.0's init_ray from the reference, with the 2.55.1 interpreter."""
+    init_ray_source = reference("nemo-rl-v0.7.0") / "nemo_rl" / "distributed" / "virtual_cluster.py"
+    path = tmp_path_factory.mktemp("driver") / "init_ray_driver.py"
+    path.write_text(DRIVER)
+    return [str(python), str(path), str(init_ray_source)]
+
+
+def on_2_55_1(command: list[str], python: Path, address: str, driver: list[str], extra: tuple[str, ...] = ()):
+    """The pipeline's submit command with this module's head and the 2.55.1 interpreter running ray_submit.py."""
+    args = as_submitted(command, address, driver, extra)
+    return submit([str(python), *args[1:]])
+
+
+def test_every_v0_7_0_step_as_submitted_lets_init_ray_attach(python, address, v070_h200, driver) -> None:
+    steps = pipeline_steps(build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, v070_h200), v070_h200)
+    distinct = {submit_flags(submit_command(step, v070_h200)): step for step in steps}
+    for step in distinct.values():
+        result = on_2_55_1(submit_command(step, v070_h200), python, address, driver)
+        assert result.returncode == 0, f"{step.name}:\n{result.stdout}{result.stderr}"
+        assert f"init_ray attached; GPUs: {float(HEAD_GPUS)}" in result.stdout, result.stdout
+
+
+def test_a_job_level_runtime_env_still_fails_init_ray_on_2_55_1(python, address, v070_h200, driver) -> None:
+    """Why the steps pass none on v0.7.0 either: Ray 2.55.1 refuses the merge as 2.49.2 does (and exits 1)."""
+    job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, v070_h200)
+    train = next(step for step in pipeline_steps(job, v070_h200) if step.name == "train")
+    old = ("--runtime-env-json", json.dumps(OLD_RUNTIME_ENV))
+    result = on_2_55_1(submit_command(train, v070_h200), python, address, driver, extra=old)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Failed to merge the Job's runtime env" in result.stdout
+    assert "init_ray attached" not in result.stdout
