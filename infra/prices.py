@@ -42,11 +42,25 @@ SOURCES: dict[str, Source] = {
         where="https://github.com/skypilot-org/skypilot-catalog (commit 006059e0f18acb1341e22a27751e9f80df6ba92f)",
         what="whole-VM hourly Price and SpotPrice per region, built by SkyPilot from the Cloud Billing Catalog API",
     ),
+    "skypilot-catalog-a4": Source(
+        title="SkyPilot catalog, catalogs/v8/gcp/vms.csv, a4-highgpu-8g and B200 rows",
+        where="https://github.com/skypilot-org/skypilot-catalog (commit 006059e0f18acb1341e22a27751e9f80df6ba92f)",
+        what=(
+            "whole-VM hourly price taken as SkyPilot prices a GCP VM: its machine row plus its accelerator row. "
+            "For a4-highgpu-8g in us-central1 (zone us-central1-b) the machine row's Price and SpotPrice are 0.0 "
+            "and the 8 x B200 accelerator row's are 90.216 and 32.6064, so the VM is 90.216 on-demand and "
+            "32.6064 spot. The catalog has no a4-highgpu-8g zone in europe-west1"
+        ),
+    ),
     "not-found": Source(
         title="no figure found",
         where=(
-            "searched on 2026-12-01: Google Cloud pricing pages and docs (Compute Engine VM and GPU pricing, "
-            "flex-start VMs, Managed Lustre), SkyPilot's and Cyclenerd's GCP price catalogs"
+            "searched on 2026-12-01: SkyPilot's catalog (catalogs/v8/gcp/vms.csv at commit 006059e0: no flex-start "
+            "column, no A4 zone in europe-west1, no storage), Cyclenerd/google-cloud-pricing-cost-calculator "
+            "(its build list at commit dac31281 has no A3 Ultra, A4 or Managed Lustre), the Hugging Face dataset "
+            "tanod/cloud-gpu-list-prices (on-demand and spot only), Google Cloud's docs and pricing pages (flex-start "
+            "VMs and GKE flex-start say only 'discounted', 'up to 53%' off vCPUs and GPUs: a ceiling, not a price; "
+            "the Managed Lustre docs give tiers and capacity limits, no price)"
         ),
         what="no published figure for this item could be read; the estimate leaves it out and says so",
     ),
@@ -82,10 +96,14 @@ MACHINE_HOURLY: dict[str, dict[str, dict[str, Price]]] = {
             FLEX_START: _NOT_FOUND,
         },
     },
-    # The sources above have no A4 (B200) row for any region.
+    # SkyPilot's catalog has A4 (B200) in us-central1 but not in europe-west1; no source has a flex-start price.
     "a4-highgpu-8g": {
-        region: {ON_DEMAND: _NOT_FOUND, SPOT: _NOT_FOUND, FLEX_START: _NOT_FOUND}
-        for region in ("europe-west1", "us-central1")
+        "europe-west1": {ON_DEMAND: _NOT_FOUND, SPOT: _NOT_FOUND, FLEX_START: _NOT_FOUND},
+        "us-central1": {
+            ON_DEMAND: Price(0.0 + 90.216, "skypilot-catalog-a4"),
+            SPOT: Price(0.0 + 32.6064, "skypilot-catalog-a4"),
+            FLEX_START: _NOT_FOUND,
+        },
     },
     # The CPU pool is always on-demand (it holds the Ray head).
     "n2-highmem-80": {
@@ -95,7 +113,8 @@ MACHINE_HOURLY: dict[str, dict[str, dict[str, Price]]] = {
 }
 
 # Managed Lustre, US dollars per GiB-month, per throughput tier (MB/s per TiB). No per-tier list price for the
-# four fixed tiers could be found in the sources searched; the estimate says so rather than guess.
+# four fixed tiers could be found in the sources searched (see SOURCES["not-found"]); the estimate says so rather
+# than guess.
 LUSTRE_GIB_MONTH: dict[int, Price] = {tier: _NOT_FOUND for tier in (125, 250, 500, 1000)}
 
 HOURS_PER_MONTH = 730  # Google Cloud's billing convention for monthly figures

@@ -124,6 +124,8 @@ def test_the_table_covers_what_the_shipped_stacks_use():
         machine = GPU_PRESETS[str(config["nemo-rl-gke:gpuType"])].machine_type
         mode = prices.PRICE_MODE_OF_PROVISIONING[str(config.get("nemo-rl-gke:gpuProvisioning", "reservation"))]
         assert mode in prices.MACHINE_HOURLY[machine][region]
+        # The on-demand rate (what a reservation bills) was found for every shipped stack's GPU machine and region.
+        assert prices.MACHINE_HOURLY[machine][region][ON_DEMAND].usd is not None, (machine, region)
         cpu = str(config.get("nemo-rl-gke:cpuMachineType", "n2-highmem-80"))
         assert prices.MACHINE_HOURLY[cpu][region][ON_DEMAND].usd is not None
         tier = int((config.get("nemo-rl-gke:lustre") or {}).get("perUnitStorageThroughput", 500))
