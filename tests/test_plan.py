@@ -79,9 +79,11 @@ def test_one_manifest_per_kubernetes_object_in_a_stable_order(rendered: Rendered
     kinds = [obj["kind"] for _, obj in files]
     for kind, count in {
         "NetworkPolicy": 2,  # the Ray head's, and the submitter's no-ingress one
-        "ServiceAccount": 1,
+        "ServiceAccount": 2,  # the Ray pods', and the submitter's (reads its own Job: stopOnDelete)
+        "Role": 1,
+        "RoleBinding": 1,
         "Secret": 1,
-        "ConfigMap": 2,
+        "ConfigMap": 3,  # Fluent Bit's, the scripts, the run marker
         "PersistentVolume": 1,
         "PersistentVolumeClaim": 1,
         "GKENetworkParamSet": 9,
@@ -128,9 +130,10 @@ def test_every_built_in_object_validates_strictly_for_the_cluster_version(render
         if is_built_in(obj):
             kubernetes_validate.validate(obj, minor, strict=True)
             validated.append(obj["kind"])
-    assert {"Job", "Secret", "PersistentVolume", "PersistentVolumeClaim", "ConfigMap", "NetworkPolicy"} <= set(
-        validated
-    )
+    assert {
+        "Job", "Secret", "PersistentVolume", "PersistentVolumeClaim", "ConfigMap", "NetworkPolicy", "ServiceAccount",
+        "Role", "RoleBinding",
+    } <= set(validated)  # fmt: skip
 
 
 def test_strict_validation_would_catch_a_bad_job(rendered: Rendered):

@@ -54,6 +54,8 @@ KIND_ORDER = (
     "Namespace",
     "NetworkPolicy",
     "ServiceAccount",
+    "Role",
+    "RoleBinding",
     "Secret",
     "ConfigMap",
     "PersistentVolume",

@@ -12,6 +12,8 @@ NEMO_RL_DIR = "/opt/nemo-rl"  # where the NeMo RL image keeps its sources and uv
 SCRIPTS_MOUNT = "/opt/launcher"  # the ConfigMap with our scripts, inside the submitter pod
 SUBMITTER = f"{SCRIPTS_MOUNT}/ray_submit.py"
 WAIT_FOR_WORKERS = f"{SCRIPTS_MOUNT}/wait_for_workers.py"
+# How long the submitter waits for a deleted run's Ray job to reach STOPPED; the pod's grace period covers it.
+STOP_TIMEOUT_S = 30
 
 
 @dataclass(frozen=True)
@@ -21,10 +23,26 @@ class Step:
     entrypoint: list[str]
     env_vars: dict[str, str] = field(default_factory=dict)
     on_failure: str = ""  # what to check when this step fails
+    max_retries: int = 0  # FAILED attempts submitted again as <id>-r1, -r2, ... (ray_submit.py --max-retries)
 
 
 def dataset_dir(infra: InfraOutputs) -> str:
     return f"{infra.mount_path}/datasets/gsm8k"
+
+
+def job_name(job: JobSettings) -> str:
+    """The submitter's Kubernetes Job."""
+    return f"{job.run_name}-pipeline"
+
+
+def run_marker_name(job: JobSettings) -> str:
+    """A ConfigMap that lives as long as the run: the job stack deletes it before the Job only when destroyed."""
+    return f"{job.run_name}-run"
+
+
+def attempt_ids(step: Step) -> list[str]:
+    """Every submission id a step may use, in order (ray_submit.py's attempt ids)."""
+    return [step.submission_id] + [f"{step.submission_id}-r{k}" for k in range(1, step.max_retries + 1)]
 
 
 def checkpoint_dir(job: JobSettings, infra: InfraOutputs) -> str:
@@ -134,13 +152,16 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
             on_failure="access to the Hugging Face hub (HF_TOKEN) and the Lustre mount",
         )
     )
+    train = _in_nemo_rl("examples/run_grpo_math.py", f"--config={job.recipe}", *grpo_overrides(job, infra))
     steps.append(
         Step(
             "train",
             f"{job.run_name}-train",
-            _in_nemo_rl("examples/run_grpo_math.py", f"--config={job.recipe}", *grpo_overrides(job, infra)),
+            # Every attempt first makes the checkpoint dir safe to resume from (jobs/scripts/checkpoint_guard.py).
+            ["python", f"{scripts}/checkpoint_guard.py", f"--checkpoint-dir={ckpt}", "&&", *train],
             env_vars=hf_home,
             on_failure="the driver log above (model access with HF_TOKEN, GPU memory, the recipe's overrides)",
+            max_retries=job.max_restarts,
         )
     )
     if job.convert_to_hf:
@@ -175,11 +196,16 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
     ]
     lines = [
         "set -euo pipefail",
+        # Kubernetes sends SIGTERM to PID 1, this shell: pass it on to the running submitter, which decides whether
+        # the run is being deleted (and then stops its Ray job) before the pod goes.
+        "child=",
+        'trap \'if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; wait "$child"; fi; exit 143\' TERM',
+        'in_background() { "$@" & child=$!; wait "$child"; }',
         f"mkdir -p {shlex.quote(scripts)}",
         f"cp -L {SCRIPTS_MOUNT}/*.py {shlex.quote(scripts)}/",
         # GPU nodes come from zero: wait here (a timeout exits 4 and the Job retries) rather than let a Ray job fail
         # for lack of workers, which would spend its submission id.
-        shlex.join(wait),
+        f"in_background {shlex.join(wait)}",
     ]
     for number, step in enumerate(steps, start=1):
         hint = step.on_failure.replace("'", "")  # inside single quotes in the script
@@ -187,11 +213,20 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
         command = ["python", SUBMITTER, f"--address={infra.ray_address}", f"--submission-id={step.submission_id}"]
         if runtime_env:
             command.append(f"--runtime-env-json={runtime_env}")
+        if step.max_retries:
+            command.append(f"--max-retries={step.max_retries}")
+        if job.stop_on_delete:
+            command += [
+                f"--k8s-job={job_name(job)}",
+                f"--k8s-run-marker={run_marker_name(job)}",
+                f"--k8s-namespace={infra.namespace}",
+                f"--stop-timeout={STOP_TIMEOUT_S}",
+            ]
         # ray_submit.py quotes every word it gets; bash -c keeps '&&' an operator on the Ray side.
         command += ["--", "bash", "-c", entrypoint_text(step)]
         lines += [
             f"echo '=== step {number}/{len(steps)}: {step.name} ({step.submission_id})'",
-            f"{shlex.join(command)} || {{",
+            f"in_background {shlex.join(command)} || {{",
             "  rc=$?",
             f"  echo 'step {step.name} did not succeed (exit '$rc'). Check: {hint}' >&2",
             "  exit $rc",

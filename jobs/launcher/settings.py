@@ -13,6 +13,8 @@ import pulumi
 _RUN_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
 _OVERRIDE_RE = re.compile(r"^[+~]{0,2}[A-Za-z_][A-Za-z0-9_.\-]*=.*$")
 _STACK_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+){0,2}$")
+# Each retry resumes from the newest checkpoint; past a handful, a run that keeps failing needs a person.
+MAX_RESTARTS = 20
 DEFAULT_RECIPE = "examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml"
 
 
@@ -69,6 +71,8 @@ class JobSettings:
     extra_overrides: tuple[str, ...]
     preflight: PreflightSettings
     wait_for_workers_minutes: int
+    max_restarts: int  # retries of a FAILED train attempt (ray_submit.py --max-retries)
+    stop_on_delete: bool  # stop the run's Ray jobs when the job stack is destroyed
 
 
 def _int(key: str, value: Any) -> int:
@@ -213,6 +217,11 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         raise ConfigError("preflightLustreMinFraction", lustre_fraction, "a fraction in (0, 1]")
 
     wait_minutes = _positive("waitForWorkersMinutes", values.get("waitForWorkersMinutes", 60))
+    max_restarts = _int("maxRestarts", values.get("maxRestarts", 3))
+    if not 0 <= max_restarts <= MAX_RESTARTS:
+        raise ConfigError(
+            "maxRestarts", max_restarts, f"0..{MAX_RESTARTS}: retries of a failed training attempt (0 = none)"
+        )
 
     return JobSettings(
         infra_stack=infra_stack,
@@ -235,6 +244,8 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
             lustre_min_fraction=lustre_fraction,
         ),
         wait_for_workers_minutes=wait_minutes,
+        max_restarts=max_restarts,
+        stop_on_delete=_bool("stopOnDelete", values.get("stopOnDelete", True)),
     )
 
 
@@ -242,7 +253,7 @@ _PLAIN_KEYS = (
     "infraStack", "runName", "recipe", "numNodes", "generationNodes", "maxNumSteps", "numPromptsPerStep",
     "numGenerationsPerPrompt", "vllmTensorParallelSize", "vllmGpuMemoryUtilization", "dtensorTensorParallelSize",
     "convertToHf", "preflight", "preflightMinBusbwGbps", "preflightLustreGibPerNode", "preflightLustreMinFraction",
-    "waitForWorkersMinutes",
+    "waitForWorkersMinutes", "maxRestarts", "stopOnDelete",
 )  # fmt: skip
 
 
