@@ -7,10 +7,11 @@ from dataclasses import dataclass
 import pulumi
 
 from infra.cluster import ClusterArgs, GkeCluster
+from infra.export_bucket import ExportBucket, ExportBucketArgs
 from infra.gpu_pool import GpuNodePool, GpuNodePoolArgs
 from infra.lustre import LustreArgs, ManagedLustre
 from infra.network import Networks, NetworksArgs
-from infra.settings import InfraSettings
+from infra.settings import EXPORT_BUCKET_CREATE, InfraSettings
 
 
 @dataclass
@@ -19,6 +20,7 @@ class Infra:
     cluster: GkeCluster
     gpu_pool: GpuNodePool
     lustre: ManagedLustre
+    export_bucket: ExportBucket | None = None
 
 
 def build_infra(settings: InfraSettings) -> Infra:
@@ -75,7 +77,18 @@ def build_infra(settings: InfraSettings) -> Infra:
             networks=networks,
         ),
     )
-    return Infra(networks=networks, cluster=cluster, gpu_pool=gpu_pool, lustre=lustre)
+    export_bucket = None
+    if settings.export_bucket == EXPORT_BUCKET_CREATE:
+        export_bucket = ExportBucket(
+            "model-export",
+            ExportBucketArgs(
+                name=settings.export_bucket_name,
+                project=settings.project,
+                location=settings.region,
+                protect=settings.protect_data,
+            ),
+        )
+    return Infra(networks=networks, cluster=cluster, gpu_pool=gpu_pool, lustre=lustre, export_bucket=export_bucket)
 
 
 def export_infra(settings: InfraSettings, infra: Infra) -> None:

@@ -3,7 +3,14 @@
 import pulumi
 import pulumi_kubernetes as k8s
 from launcher.job import PipelineJob, PipelineJobArgs
-from launcher.pipeline import attempt_ids, checkpoint_dir, entrypoint_text, pipeline_script, pipeline_steps
+from launcher.pipeline import (
+    attempt_ids,
+    checkpoint_dir,
+    entrypoint_text,
+    model_uri,
+    pipeline_script,
+    pipeline_steps,
+)
 from launcher.settings import ConfigError, build_job_settings, read_config, read_infra_outputs
 
 values = read_config()
@@ -31,6 +38,7 @@ async def main() -> None:
     pulumi.export("followLogs", job_name.apply(lambda n: f"kubectl --namespace {infra.namespace} logs -f job/{n}"))
     pulumi.export("dashboardPortForward", infra.dashboard_port_forward)
     pulumi.export("checkpointDir", checkpoint_dir(job, infra))
+    pulumi.export("modelUri", model_uri(job, infra))
     pulumi.export(
         "pipeline", [{"step": s.name, "submissionId": s.submission_id, "entrypoint": entrypoint_text(s)} for s in steps]
     )

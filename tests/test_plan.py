@@ -244,6 +244,11 @@ def test_summary(capsys: pytest.CaptureFixture[str], tmp_path: Path):
     assert "kubeconfig: [secret]" in out
     assert "Lustre builds beside the cluster" in out
     assert "min in parallel vs" in out
+    assert (
+        "Run: a failed train attempt is retried up to 3 times (gemma3-27b-gsm8k-train, gemma3-27b-gsm8k-train-r1, "
+        "gemma3-27b-gsm8k-train-r2, gemma3-27b-gsm8k-train-r3); the model goes to "
+        "gs://my-gcp-project-nemo-rl-h200-models/gemma3-27b-gsm8k/"
+    ) in out
     assert (tmp_path / "h200" / "manifests").is_dir()
     for placeholder in PLACEHOLDERS:
         assert placeholder not in out

@@ -277,3 +277,14 @@ def test_quantities_and_allocatable():
     assert allocatable_cpu(224) == pytest.approx(224 - 0.63 - 2)
     # 16 GiB: 1 + 0.8 + 0.8 = 2.6 GiB reserved, 100 MiB eviction, 8 GiB DaemonSets.
     assert allocatable_memory_bytes(16 * 2**30) == int(16 * 2**30 - 2.6 * 2**30 - 100 * 2**20 - 8 * 2**30)
+
+
+def test_export_bucket_choices():
+    assert settings_with().export_bucket_name == ""  # no export unless asked
+    assert settings_with(exportBucket="create", clusterName="nemo-rl").export_bucket_name == "p-nemo-rl-models"
+    assert settings_with(exportBucket="my_models-1").export_bucket_name == "my_models-1"
+
+
+@pytest.mark.parametrize("bucket", ["Models", "a", "my.models.example", "goog-models", "-x-", "gs://b"])
+def test_bad_export_bucket(bucket: str):
+    expect_error("exportBucket", bucket, "an existing bucket's name", exportBucket=bucket)

@@ -75,6 +75,8 @@ KEY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
     "gcp:serviceaccount/account:Account": ("accountId",),
     "gcp:projects/iAMMember:IAMMember": ("role", "member"),
     "gcp:serviceaccount/iAMMember:IAMMember": ("role", "member"),
+    "gcp:storage/bucket:Bucket": ("name", "location", "uniformBucketLevelAccess", "publicAccessPrevention"),
+    "gcp:storage/bucketIAMMember:BucketIAMMember": ("bucket", "role", "member"),
     "gcp:container/cluster:Cluster": (
         "name",
         "location",
@@ -439,6 +441,13 @@ def summary(plan: Plan, out_dir: Path, files: Mapping[str, str]) -> str:
     if isinstance(capacity, int) and isinstance(tier, int):
         lines.append(
             f"  Lustre: {capacity} GiB at {tier} MB/s per TiB = {capacity / 1024 * tier / 1000:.1f} GB/s aggregate"
+        )
+    j = plan.jobs.outputs
+    if "maxRestarts" in j:
+        destination = j.get("modelUri") or "nowhere (no conversion)"
+        lines.append(
+            f"  Run: a failed train attempt is retried up to {j['maxRestarts']} times "
+            f"({', '.join(j.get('trainAttempts') or [])}); the model goes to {destination}"
         )
     for name, run in (("infra", plan.infra), ("jobs", plan.jobs)):
         lines.append(f"  {name} stack outputs:")

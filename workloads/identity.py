@@ -10,8 +10,9 @@ import pulumi_kubernetes as k8s
 
 from infra.iam import grant_project_roles
 
-# Ray pods ship logs (fluent-bit) and read and write objects (datasets, checkpoint exports) in GCS. Nothing else.
-RAY_POD_ROLES = ("roles/logging.logWriter", "roles/storage.objectUser")
+# Ray pods ship logs (fluent-bit). Object access is granted on the export bucket alone, not project-wide.
+RAY_POD_ROLES = ("roles/logging.logWriter",)
+EXPORT_BUCKET_ROLE = "roles/storage.objectUser"  # list, read, create and replace objects; no bucket settings or IAM
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class RayIdentityArgs:
     namespace: pulumi.Input[str]
     kubernetes_service_account: str
     cluster: gcp.container.Cluster
+    export_bucket: pulumi.Input[str] | None = None  # the bucket models are copied to, if any
 
 
 def workload_identity_member(project: str, namespace: str, ksa: str) -> str:
@@ -44,6 +46,15 @@ class RayIdentity(pulumi.ComponentResource):
         self.roles = grant_project_roles(
             name, args.project, self.gcp_service_account.member, RAY_POD_ROLES, parent=self
         )
+        self.export_access = None
+        if args.export_bucket is not None:
+            self.export_access = gcp.storage.BucketIAMMember(
+                f"{name}-export-objects",
+                bucket=args.export_bucket,
+                role=EXPORT_BUCKET_ROLE,
+                member=self.gcp_service_account.member,
+                opts=child,
+            )
         # The identity pool <project>.svc.id.goog exists once a Workload Identity cluster does.
         self.binding = gcp.serviceaccount.IAMMember(
             f"{name}-workload-identity",

@@ -103,6 +103,9 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
             namespace=namespace,
             kubernetes_service_account=settings.kubernetes_service_account,
             cluster=infra.cluster.cluster,
+            export_bucket=(
+                infra.export_bucket.bucket.name if infra.export_bucket else settings.export_bucket_name or None
+            ),
         ),
         opts=provider,
     )
@@ -169,6 +172,7 @@ def export_workloads(settings: InfraSettings, workloads: Workloads) -> None:
     pulumi.export("gpusPerNode", settings.preset.gpus_per_node)
     pulumi.export("nemoRlImage", settings.nemo_rl_image)
     pulumi.export("rayVersion", settings.ray_version)
+    pulumi.export("exportBucket", settings.export_bucket_name)
     pulumi.export(
         "dashboardPortForward",
         f"kubectl --namespace {settings.namespace} port-forward service/{service} {DASHBOARD_PORT}:{DASHBOARD_PORT}",

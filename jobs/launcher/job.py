@@ -20,6 +20,7 @@ SCRIPT_FILES = (
     "scripts/prepare_gsm8k.py",
     "scripts/convert_checkpoint.py",
     "scripts/checkpoint_guard.py",
+    "scripts/export_gcs.py",
     "preflight/nccl_allreduce.py",
     "preflight/lustre_io.py",
 )

@@ -49,6 +49,15 @@ def checkpoint_dir(job: JobSettings, infra: InfraOutputs) -> str:
     return f"{infra.mount_path}/{job.run_name}"
 
 
+def model_uri(job: JobSettings, infra: InfraOutputs) -> str:
+    """Where the final model ends: the export bucket when there is one, else Lustre; "" without conversion."""
+    if not job.convert_to_hf:
+        return ""
+    if infra.export_bucket:
+        return f"gs://{infra.export_bucket}/{job.run_name}/"
+    return f"{checkpoint_dir(job, infra)}/hf"
+
+
 def scripts_dir(job: JobSettings, infra: InfraOutputs) -> str:
     """Our scripts, copied to Lustre per run so every Ray node sees the same files."""
     return f"{checkpoint_dir(job, infra)}/scripts"
@@ -172,6 +181,16 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
                 _in_nemo_rl(f"{scripts}/convert_checkpoint.py", f"--checkpoint-dir={ckpt}", f"--output-dir={ckpt}/hf"),
                 env_vars=hf_home,
                 on_failure="that the training wrote step_N checkpoints under the checkpoint dir",
+            )
+        )
+    if job.convert_to_hf and infra.export_bucket:
+        steps.append(
+            Step(
+                "export-gcs",
+                f"{job.run_name}-export-gcs",
+                # Standard library only; runs on the head, whose pod has the Ray service account by Workload Identity.
+                ["python", f"{scripts}/export_gcs.py", f"--source={ckpt}/hf", f"--destination={model_uri(job, infra)}"],
+                on_failure="the Ray service account's object access on the export bucket (Workload Identity)",
             )
         )
     return steps

@@ -44,6 +44,7 @@ class InfraOutputs:
     lustre_capacity_gib: int
     lustre_throughput_mbps_per_tib: int
     dashboard_port_forward: str
+    export_bucket: str = ""  # where the HF checkpoint is copied; "" when the infra has no export bucket
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,7 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         lustre_capacity_gib=need("lustreCapacityGib", (int,)),
         lustre_throughput_mbps_per_tib=need("lustreThroughputMbpsPerTib", (int,)),
         dashboard_port_forward=need("dashboardPortForward", str),
+        export_bucket=str(outputs.get("exportBucket") or ""),  # optional: older infra stacks have none
     )
 
 

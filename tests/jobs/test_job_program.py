@@ -185,7 +185,9 @@ def test_missing_or_malformed_infra_output(infra_outputs, change, name):
 def test_pipeline_order_and_idempotent_ids(infra_outputs):
     infra = infra_of(infra_outputs["h200"])
     steps = pipeline_steps(job_with(infra, runName="exp1"), infra)
-    assert [s.name for s in steps] == ["preflight-nccl", "preflight-lustre", "prepare-data", "train", "convert-hf"]
+    assert [s.name for s in steps] == [
+        "preflight-nccl", "preflight-lustre", "prepare-data", "train", "convert-hf", "export-gcs",
+    ]  # fmt: skip
     assert [s.submission_id for s in steps] == [f"exp1-{s.name}" for s in steps]
     # Same config, same ids: a restarted pod finds the jobs it already submitted.
     again = pipeline_steps(job_with(infra, runName="exp1"), infra)
@@ -282,7 +284,7 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     assert volumes["launcher"]["configMap"]["name"] == config_map["metadata"]["name"]
     assert set(config_map["data"]) == {
         "ray_submit.py", "wait_for_workers.py", "prepare_gsm8k.py", "convert_checkpoint.py", "nccl_allreduce.py",
-        "lustre_io.py", "checkpoint_guard.py", "pipeline.sh",
+        "lustre_io.py", "checkpoint_guard.py", "export_gcs.py", "pipeline.sh",
     }  # fmt: skip
     assert config_map["data"]["ray_submit.py"] == (JOBS / "ray_submit.py").read_text()
     # The Job's address and ids come from the infra outputs.
@@ -520,3 +522,30 @@ def test_the_pipeline_passes_sigterm_on_to_the_submitter(infra_outputs, tmp_path
     finally:
         proc.kill()
     assert log.read_text().split() == ["started", "got-TERM"]
+
+
+# --- model export -------------------------------------------------------------------------------------------------
+
+
+def test_the_model_is_copied_to_the_export_bucket_after_conversion(infra_outputs):
+    assert infra_outputs["h200"]["exportBucket"] == "my-gcp-project-nemo-rl-h200-models"
+    run = run_jobs("h200", infra_outputs)
+    assert run.outputs["modelUri"] == "gs://my-gcp-project-nemo-rl-h200-models/gemma3-27b-gsm8k/"
+    steps = run.outputs["pipeline"]
+    assert [s["step"] for s in steps][-2:] == ["convert-hf", "export-gcs"]
+    export_words = shlex.split(steps[-1]["entrypoint"])
+    convert_words = shlex.split(steps[-2]["entrypoint"])
+    assert "--output-dir=/data/gemma3-27b-gsm8k/hf" in convert_words
+    assert "--source=/data/gemma3-27b-gsm8k/hf" in export_words  # what the conversion wrote
+    assert "--destination=gs://my-gcp-project-nemo-rl-h200-models/gemma3-27b-gsm8k/" in export_words
+    exporter = load_script("jobs/scripts/export_gcs.py", "export_gcs")
+    assert exporter._GS_RE.match("gs://my-gcp-project-nemo-rl-h200-models/gemma3-27b-gsm8k/")
+
+
+def test_no_export_without_a_bucket_or_a_conversion(infra_outputs):
+    run = run_jobs("dev", infra_outputs)  # the dev infra has no export bucket
+    assert "export-gcs" not in [s["step"] for s in run.outputs["pipeline"]]
+    assert run.outputs["modelUri"] == "/data/smoke-qwen-1p5b/hf"
+    off = run_jobs("h200", infra_outputs, {"convertToHf": False})
+    assert "export-gcs" not in [s["step"] for s in off.outputs["pipeline"]]
+    assert off.outputs["modelUri"] == ""
