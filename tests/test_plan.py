@@ -162,7 +162,12 @@ def test_pipeline_lists_the_ray_jobs_in_order(rendered: Rendered):
     expected = rendered.plan.jobs.outputs["pipeline"]
     assert written["steps"] == expected
     assert written["jobName"] == rendered.plan.jobs.outputs["jobName"]
-    assert [s["step"] for s in written["steps"]][-2:] == ["train", "convert-hf"]
+    names = [s["step"] for s in written["steps"]]
+    assert names[names.index("train") :] == [
+        "train",
+        "convert-hf",
+        *(["export-gcs"] if rendered.plan.infra.outputs["exportBucket"] else []),
+    ]
     ids = [s["submissionId"] for s in written["steps"]]
     assert len(set(ids)) == len(ids)
 
