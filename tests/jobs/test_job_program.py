@@ -210,6 +210,16 @@ def test_entrypoints_pin_nothing_at_run_time(infra_outputs):
     assert "--capacity-gib=18000" in lustre.entrypoint and "--tier-mbps-per-tib=500" in lustre.entrypoint
 
 
+def _fake_tools(tmp_path: Path, python_body: str) -> Path:
+    """A bin folder for running pipeline.sh outside the pod: `python` runs python_body, mkdir and cp do nothing."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    for tool, body in (("python", python_body), ("mkdir", "exit 0\n"), ("cp", "exit 0\n")):
+        (fake_bin / tool).write_text("#!/bin/bash\n" + body)
+        (fake_bin / tool).chmod(0o755)
+    return fake_bin
+
+
 def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failure(infra_outputs, tmp_path: Path):
     """Run the generated script with a fake submitter: steps in order, stop at the first failure, exit code kept."""
     import subprocess
@@ -218,21 +228,15 @@ def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failu
     job = job_with(infra, runName="exp2")
     steps = pipeline_steps(job, infra)
     script = pipeline_script(job, infra, steps)
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
     log = tmp_path / "calls.log"
     # `python SUBMITTER ... --submission-id=ID ...`: record the id; fail with 3 on the train step.
-    (fake_bin / "python").write_text(
-        "#!/bin/bash\n"
+    fake_bin = _fake_tools(
+        tmp_path,
         'id="$(basename "$1")"\n'  # the script run; for the submitter, its submission id
         f'for a in "$@"; do case "$a" in --submission-id=*) id="${{a#*=}}";; esac; done\n'
         f'echo "$id" >> {log}\n'
-        'case "$id" in *-train) exit 3;; esac\n'
+        'case "$id" in *-train) exit 3;; esac\n',
     )
-    (fake_bin / "python").chmod(0o755)
-    for tool in ("mkdir", "cp"):
-        (fake_bin / tool).write_text("#!/bin/bash\nexit 0\n")
-        (fake_bin / tool).chmod(0o755)
     result = subprocess.run(
         ["bash", "-c", script], env={"PATH": f"{fake_bin}:/usr/bin:/bin"}, capture_output=True, text=True, check=False
     )
@@ -497,21 +501,15 @@ def test_the_pipeline_passes_sigterm_on_to_the_submitter(infra_outputs, tmp_path
     infra = infra_of(infra_outputs["h200"])
     job = job_with(infra, runName="exp5", preflight=False)
     script = pipeline_script(job, infra, pipeline_steps(job, infra))
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
     log = tmp_path / "calls.log"
     # The fake submitter blocks on the train step and records the signal it receives.
-    (fake_bin / "python").write_text(
-        "#!/bin/bash\n"
-        f'case "$*" in *--submission-id=exp5-train*) ;; *) exit 0;; esac\n'
+    fake_bin = _fake_tools(
+        tmp_path,
+        'case "$*" in *--submission-id=exp5-train*) ;; *) exit 0;; esac\n'
         f"trap 'echo got-TERM >> {log}; exit 143' TERM\n"
         f"echo started >> {log}\n"
-        "while true; do sleep 0.1; done\n"
+        "while true; do sleep 0.1; done\n",
     )
-    (fake_bin / "python").chmod(0o755)
-    for tool in ("mkdir", "cp"):
-        (fake_bin / tool).write_text("#!/bin/bash\nexit 0\n")
-        (fake_bin / tool).chmod(0o755)
     proc = subprocess.Popen(["bash", "-c", script], env={"PATH": f"{fake_bin}:/usr/bin:/bin"}, text=True)
     try:
         deadline = time.monotonic() + 20

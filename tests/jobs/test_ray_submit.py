@@ -108,16 +108,24 @@ def test_failed_job_exits_1(ray_address: str, client: Any) -> None:
     assert str(client.get_job_status(sid)) == "FAILED"
 
 
-def test_stopped_job_exits_3(ray_address: str, client: Any) -> None:
-    sid = _new_id("stop")
-    proc = _start(_cmd(ray_address, sid, "sh", "-c", "echo started-$((3*3)); sleep 60"))
+def _stopped_while_running(client: Any, sid: str, args: list[str]) -> tuple[int, str]:
+    """Run the submitter, `ray job stop` the job once it runs; the submitter's exit code and output."""
+    proc = _start(args)
     try:
         wait_for(lambda: _status(client, sid) == "RUNNING", 60, "the job to run")
         assert client.stop_job(sid) is True
         out, _ = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == rs.EXIT_STOPPED == 3, out
+    return proc.returncode, out
+
+
+def test_stopped_job_exits_3(ray_address: str, client: Any) -> None:
+    sid = _new_id("stop")
+    code, out = _stopped_while_running(
+        client, sid, _cmd(ray_address, sid, "sh", "-c", "echo started-$((3*3)); sleep 60")
+    )
+    assert code == rs.EXIT_STOPPED == 3, out
     assert _last_line(out) == f"ray_submit: job {sid} STOPPED"
     assert out.count("started-9") == 1, out
     assert str(client.get_job_status(sid)) == "STOPPED"
@@ -534,14 +542,8 @@ def test_retries_are_bounded(ray_address: str, client: Any) -> None:
 def test_a_stopped_attempt_is_never_retried(ray_address: str, client: Any) -> None:
     sid = _new_id("nostop")
     args = _cmd(ray_address, sid, "sh", "-c", "sleep 60", extra=("--max-retries", "3"))
-    proc = _start(args)
-    try:
-        wait_for(lambda: _status(client, sid) == "RUNNING", 60, "the job to run")
-        assert client.stop_job(sid) is True
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == rs.EXIT_STOPPED, out
+    code, out = _stopped_while_running(client, sid, args)
+    assert code == rs.EXIT_STOPPED, out
     assert _last_line(out) == f"ray_submit: job {sid} STOPPED"
     again = _run(args)
     assert again.returncode == rs.EXIT_STOPPED, again.stdout + again.stderr
