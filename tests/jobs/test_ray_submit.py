@@ -527,16 +527,17 @@ def test_a_driver_that_fails_once_is_retried_as_r1(ray_address: str, client: Any
 
 def test_retries_are_bounded(ray_address: str, client: Any) -> None:
     sid = _new_id("bound")
-    result = _run(_cmd(ray_address, sid, "sh", "-c", "exit 9", extra=("--max-retries", "2")))
+    args = _cmd(ray_address, sid, "sh", "-c", "exit 9", extra=("--max-retries", "1"))
+    result = _run(args)
     assert result.returncode == rs.EXIT_FAILED, result.stdout + result.stderr
-    assert _statuses(client, sid, 4) == ["FAILED", "FAILED", "FAILED", None]
-    assert _last_line(result.stdout) == f"ray_submit: job {sid}-r2 FAILED (driver exit code 9)"
-    assert "all 3 attempts failed" in result.stdout and "--max-retries" in result.stdout
+    assert _statuses(client, sid, 3) == ["FAILED", "FAILED", None]  # N + 1 attempts, no more
+    assert _last_line(result.stdout) == f"ray_submit: job {sid}-r1 FAILED (driver exit code 9)"
+    assert "all 2 attempts failed" in result.stdout and "--max-retries" in result.stdout
     # Rerun with the same budget: nothing new is submitted, the same outcome is reported.
-    again = _run(_cmd(ray_address, sid, "sh", "-c", "exit 9", extra=("--max-retries", "2")))
+    again = _run(args)
     assert again.returncode == rs.EXIT_FAILED
     assert "submitting job" not in again.stdout
-    assert _status(client, f"{sid}-r3") is None
+    assert _status(client, f"{sid}-r2") is None
 
 
 def test_a_stopped_attempt_is_never_retried(ray_address: str, client: Any) -> None:
