@@ -18,6 +18,7 @@ REQUIRED_APIS: dict[str, str] = {
     "cloudresourcemanager.googleapis.com": "project-level role grants",
     "logging.googleapis.com": "the cluster's system logs; Ray logs (Fluent Bit ships to Cloud Logging)",
     "monitoring.googleapis.com": "the cluster's system metrics; Managed Prometheus scrapes the Ray head",
+    "storage.googleapis.com": "the model export bucket and the Ray service account's access to it",
 }
 
 
@@ -33,6 +34,7 @@ DEPLOYER_ROLES: dict[str, str] = {
     "roles/iam.serviceAccountAdmin": "the node and Ray service accounts, the Workload Identity binding",
     "roles/iam.serviceAccountUser": "run nodes as the node service account",
     "roles/resourcemanager.projectIamAdmin": "grant the service accounts their project roles",
+    "roles/storage.admin": "the model export bucket and its IAM binding (exportBucket)",
 }
 
 

@@ -32,6 +32,9 @@ _MAINTENANCE_WINDOW_RE = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 _RFC1918 = tuple(ipaddress.IPv4Network(cidr) for cidr in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 _IMAGE_RE = re.compile(r"^[a-z0-9.\-/:]+:[A-Za-z0-9_.\-]+$")
 _RAY_VERSION_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
+# A Cloud Storage bucket name without dots (dotted names need domain verification).
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$")
+EXPORT_BUCKET_CREATE = "create"
 
 DEFAULT_RDMA_RANGES = tuple(f"192.168.{n}.0/24" for n in range(1, 9))
 
@@ -110,6 +113,14 @@ class InfraSettings:
     # KubeRay's in-tree autoscaler: GPU workers from 0 up to rayWorkerReplicas and back to 0 after the idle timeout.
     gpu_autoscaling: bool = False
     idle_timeout_seconds: int = 600
+    export_bucket: str = ""  # "" (no export), "create", or an existing bucket's name
+
+    @property
+    def export_bucket_name(self) -> str:
+        """The bucket trained models are copied to, or "" when there is none."""
+        if self.export_bucket == EXPORT_BUCKET_CREATE:
+            return f"{self.project}-{self.cluster_name}-models"
+        return self.export_bucket
 
     @property
     def gke_minor(self) -> str:
@@ -489,7 +500,20 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         max_run_hours=_max_run_hours(values, provisioning),
         gpu_autoscaling=gpu_autoscaling,
         idle_timeout_seconds=idle_timeout,
+        export_bucket=_export_bucket(values.get("exportBucket", "")),
     )
+
+
+def _export_bucket(value: Any) -> str:
+    bucket = str(value or "")
+    if bucket and bucket != EXPORT_BUCKET_CREATE and (not _BUCKET_RE.match(bucket) or bucket.startswith("goog")):
+        raise ConfigError(
+            "exportBucket",
+            bucket,
+            f"'' (no export), '{EXPORT_BUCKET_CREATE}' (a new bucket PROJECT-CLUSTER-models), or an existing bucket's "
+            "name: 3-63 lowercase letters, digits, '-' or '_', starting and ending with a letter or digit",
+        )
+    return bucket
 
 
 # Non-secret project keys read with Config.get/get_object; secrets are read separately.
@@ -499,6 +523,7 @@ _PLAIN_KEYS = (
     "deletionProtection", "namespace", "kubernetesServiceAccount", "nemoRlImage", "rayVersion", "shmSize",
     "maintenanceWindowStart", "maintenanceExclusion", "maxRunHours",
     "rayAutoscaling", "rayIdleTimeoutSeconds",
+    "exportBucket",
 )  # fmt: skip
 _OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker")
 

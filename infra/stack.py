@@ -8,11 +8,12 @@ import pulumi
 
 from infra.cluster import ClusterArgs, GkeCluster
 from infra.cost import CostInputs, estimate
+from infra.export_bucket import ExportBucket, ExportBucketArgs
 from infra.gpu_pool import GpuNodePool, GpuNodePoolArgs
 from infra.lustre import LustreArgs, ManagedLustre
 from infra.network import Networks, NetworksArgs
 from infra.services import ProjectServices, ProjectServicesArgs
-from infra.settings import InfraSettings
+from infra.settings import EXPORT_BUCKET_CREATE, InfraSettings
 
 
 @dataclass
@@ -22,6 +23,7 @@ class Infra:
     gpu_pool: GpuNodePool
     lustre: ManagedLustre
     services: ProjectServices
+    export_bucket: ExportBucket | None = None
 
 
 def build_infra(settings: InfraSettings) -> Infra:
@@ -86,7 +88,26 @@ def build_infra(settings: InfraSettings) -> Infra:
             max_run_hours=settings.max_run_hours,
         ),
     )
-    return Infra(networks=networks, cluster=cluster, gpu_pool=gpu_pool, lustre=lustre, services=services)
+    export_bucket = None
+    if settings.export_bucket == EXPORT_BUCKET_CREATE:
+        export_bucket = ExportBucket(
+            "model-export",
+            ExportBucketArgs(
+                name=settings.export_bucket_name,
+                project=settings.project,
+                location=settings.region,
+                protect=settings.protect_data,
+                services=services,
+            ),
+        )
+    return Infra(
+        networks=networks,
+        cluster=cluster,
+        gpu_pool=gpu_pool,
+        lustre=lustre,
+        services=services,
+        export_bucket=export_bucket,
+    )
 
 
 def cost_inputs(settings: InfraSettings) -> CostInputs:

@@ -4,7 +4,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 from launcher.cost import run_estimate
 from launcher.job import PipelineJob, PipelineJobArgs
-from launcher.pipeline import checkpoint_dir, entrypoint_text, pipeline_script, pipeline_steps
+from launcher.pipeline import (
+    attempt_ids,
+    checkpoint_dir,
+    entrypoint_text,
+    model_uri,
+    pipeline_script,
+    pipeline_steps,
+)
 from launcher.settings import ConfigError, build_job_settings, read_config, read_infra_outputs
 
 values = read_config()
@@ -33,8 +40,24 @@ async def main() -> None:
     pulumi.export("dashboardPortForward", infra.dashboard_port_forward)
     pulumi.export("checkpointDir", checkpoint_dir(job, infra))
     pulumi.export("estimatedRun", run_estimate(job, infra))
+    pulumi.export("modelUri", model_uri(job, infra))
     pulumi.export(
         "pipeline", [{"step": s.name, "submissionId": s.submission_id, "entrypoint": entrypoint_text(s)} for s in steps]
+    )
+    # The run's lifecycle from a workstation, through the dashboard port-forward.
+    train = next(s for s in steps if s.name == "train")
+    pulumi.export("maxRestarts", job.max_restarts)
+    pulumi.export("trainAttempts", attempt_ids(train))
+    pulumi.export("stopOnDelete", job.stop_on_delete)
+    ray = "ray job {} --address http://127.0.0.1:8265"
+    pulumi.export(
+        "rayJobCommands",
+        {
+            "list": ray.format("list"),
+            "status": f"{ray.format('status')} {train.submission_id}",
+            "logs": f"{ray.format('logs')} {train.submission_id}",
+            "stop": f"{ray.format('stop')} {train.submission_id}",
+        },
     )
 
 

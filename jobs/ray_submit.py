@@ -3,7 +3,8 @@
 Usage::
 
     python jobs/ray_submit.py --address http://HOST:8265 --submission-id ID \\
-        [--connect-timeout SECONDS] [--runtime-env-json JSON] -- ENTRYPOINT...
+        [--connect-timeout SECONDS] [--runtime-env-json JSON] [--max-retries N] \\
+        [--k8s-job NAME --k8s-run-marker NAME --k8s-namespace NS [--k8s-api URL]] -- ENTRYPOINT...
 
 The submitter is meant to run as the only container of a Kubernetes Job whose pod may be deleted or restarted at
 any moment. Every run with the same ``--submission-id`` converges on one and the same Ray job:
@@ -22,10 +23,10 @@ An id that already finished before this submitter started:
 
 * SUCCEEDED: nothing is run again; the submitter says so and exits 0.
 * FAILED or STOPPED: Ray never accepts a second submission under an id it has seen, so the earlier attempt cannot
-  be retried under the same id. The submitter reports the earlier outcome with its exit code (1 or 3) and tells
-  the user how to retry: choose a new run name (hence a new submission id), or remove the old record with
-  ``ray job delete ID`` and start again. A restarted pod therefore reproduces the earlier result instead of
-  silently running the workload a second time.
+  be retried under the same id (``--max-retries`` retries a FAILED one under the next attempt id, see below).
+  The submitter reports the earlier outcome with its exit code (1 or 3) and tells the user how to retry: choose a
+  new run name (hence a new submission id), or remove the old record with ``ray job delete ID`` and start again.
+  A restarted pod therefore reproduces the earlier result instead of silently running the workload a second time.
 
 Log streaming uses the client's websocket tail (``tail_job_logs``), which replays a job's log from its beginning
 and then follows it. A count of the characters already written is kept, so when the stream has to be reopened
@@ -34,8 +35,9 @@ finished, the whole log is fetched once and whatever the stream missed (a stream
 error) is printed.
 
 Signals: SIGTERM (pod deletion) and SIGINT make the submitter exit at once (codes 143 and 130) WITHOUT stopping
-the Ray job. The job belongs to the Ray cluster and outlives the submitter pod; a restarted pod with the same
-submission id re-attaches to it. To stop a job use ``ray job stop ID``.
+the Ray job, unless the run itself is being deleted (see "Stop when the run is deleted" below). The job belongs to
+the Ray cluster and outlives the submitter pod; a restarted pod with the same submission id re-attaches to it. To
+stop a job use ``ray job stop ID``.
 
 Secrets: the values of ``env_vars`` in the runtime environment are never printed; only their names are. Messages
 that come back from Ray are scrubbed of those values before they are printed. (The job's own log output is
@@ -44,9 +46,29 @@ printed as the job wrote it.)
 An id that exists with a different command (a changed run under an old name) is refused with exit code 2: the
 old job is neither followed nor reported as this command's result.
 
-Exit codes: 0 succeeded, 1 failed (or rejected by Ray), 2 usage error or id conflict, 3 stopped, 4 Ray unreachable
-(also when the connection is lost for longer than ``--connect-timeout`` while waiting), 130/143 interrupted by a
-signal.
+Automatic retries (``--max-retries N``, default 0): when an attempt ends FAILED and fewer than N retries were used,
+the same entrypoint is submitted again under the next attempt id: ``ID``, then ``ID-r1``, ``ID-r2``, ... up to
+``ID-rN``. A submitter that starts (a new pod, the same arguments) first finds the latest attempt that exists
+(``ID``, ``ID-r1``, ... up to the first id Ray does not know) and continues from it: it attaches if that attempt
+runs, exits 0 if it SUCCEEDED, retries if it FAILED and retries remain, and otherwise reports the outcome. So no
+attempt is ever run twice, and a submitter killed between two attempts submits the next one when it comes back.
+STOPPED is a person's decision and is never retried. Every attempt must carry the same command: a different one
+under any attempt id is refused (exit 2). Each retry is logged with the reason (the failed attempt's status, driver
+exit code and Ray's message). The final line names the last attempt, e.g. ``ray_submit: job ID-r1 SUCCEEDED``.
+
+Stop when the run is deleted (``--k8s-job``, ``--k8s-run-marker``, ``--k8s-namespace``): on SIGTERM the submitter
+asks the Kubernetes API (in-cluster address and the pod's projected service account token, or ``--k8s-api``)
+whether its own Job is being deleted (gone, or carrying a deletionTimestamp) AND the run's marker ConfigMap is too.
+The job stack creates the marker after the Job, so ``pulumi destroy`` deletes the marker first and then the Job:
+both are gone, and the submitter stops the current attempt (``POST /api/jobs/ID/stop``) and waits until Ray reports
+it STOPPED, within ``--stop-timeout`` seconds. A pod evicted or rescheduled (its Job is untouched), and a Job
+replaced by ``pulumi up`` with changed settings (the marker stays), leave the Ray job running for the next pod to
+re-attach. Any doubt (the API does not answer, or refuses) also leaves it running: training is never stopped on a
+guess. Without these options SIGTERM never stops the Ray job.
+
+Exit codes: 0 succeeded, 1 failed (or rejected by Ray; with retries, the last attempt failed), 2 usage error or id
+conflict, 3 stopped, 4 Ray unreachable (also when the connection is lost for longer than ``--connect-timeout`` while
+waiting), 130/143 interrupted by a signal (143 also after stopping the job because the run was deleted).
 Unlike ``ray job submit``, a stopped job does not exit 0.
 
 Only the standard library and Ray's own job submission client are used; Python 3.10 or newer.
@@ -56,6 +78,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import re
@@ -82,6 +105,12 @@ EXIT_SIGTERM = 128 + signal.SIGTERM
 
 PREFIX = "ray_submit:"
 DEFAULT_CONNECT_TIMEOUT_S = 600.0
+DEFAULT_STOP_TIMEOUT_S = 30.0
+# Attempt k > 0 of a submission id runs as ID-r<k>; the scan for the latest attempt stops here at the latest.
+MAX_ATTEMPTS_SCANNED = 1000
+# In-cluster Kubernetes API access: the pod's projected service account token and the cluster's CA.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+K8S_TIMEOUT_S = 5.0
 # Per-request limits for every HTTP call (connect, read), so that a silently vanished head cannot hang us.
 REQUEST_TIMEOUT_S = (10.0, 60.0)
 PROBE_TIMEOUT_S = 5.0
@@ -184,7 +213,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict
         prog="ray_submit.py",
         description="Submit (or re-attach to) a Ray job under a fixed submission id and wait for it.",
         usage="%(prog)s --address http://HOST:8265 --submission-id ID [--connect-timeout SECONDS] "
-        "[--runtime-env-json JSON] -- ENTRYPOINT...",
+        "[--runtime-env-json JSON] [--max-retries N] [--k8s-job NAME --k8s-run-marker NAME --k8s-namespace NS "
+        "[--k8s-api URL] [--stop-timeout SECONDS]] -- ENTRYPOINT...",
     )
     parser.add_argument("--address", required=True, help="Ray dashboard / Jobs API URL, e.g. http://head:8265")
     parser.add_argument("--submission-id", required=True, help="Ray submission id; the same id re-attaches")
@@ -195,6 +225,24 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict
         help="seconds to wait for the Jobs API, and longest tolerated outage while waiting (default: 600)",
     )
     parser.add_argument("--runtime-env-json", default=None, help="Ray runtime environment as a JSON object")
+    parser.add_argument(
+        "--max-retries", type=int, default=0, help="submit a FAILED job again as ID-r1 ... ID-rN (default: 0)"
+    )
+    parser.add_argument(
+        "--k8s-job", default=None, help="this pod's Kubernetes Job: stop the Ray job when it is deleted"
+    )
+    parser.add_argument("--k8s-run-marker", default=None, help="ConfigMap that exists as long as the run should")
+    parser.add_argument("--k8s-namespace", default=None, help="namespace of the Job and the marker")
+    parser.add_argument("--k8s-api", default=None, help="Kubernetes API URL (default: the in-cluster address)")
+    parser.add_argument(
+        "--k8s-token-dir", default=SERVICE_ACCOUNT_DIR, help=f"holds token and ca.crt (default: {SERVICE_ACCOUNT_DIR})"
+    )
+    parser.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=DEFAULT_STOP_TIMEOUT_S,
+        help="seconds to wait for STOPPED after stopping a deleted run's job (default: 30)",
+    )
     args = parser.parse_args(own)  # exits 2 on unknown or missing flags
 
     try:
@@ -209,6 +257,13 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict
             )
         if not args.connect_timeout > 0:
             raise UsageError("--connect-timeout must be a positive number of seconds")
+        if not 0 <= args.max_retries < MAX_ATTEMPTS_SCANNED:
+            raise UsageError(f"--max-retries must be 0..{MAX_ATTEMPTS_SCANNED - 1}")
+        k8s = (args.k8s_job, args.k8s_run_marker, args.k8s_namespace)
+        if any(k8s) and not all(k8s):
+            raise UsageError("--k8s-job, --k8s-run-marker and --k8s-namespace go together")
+        if not args.stop_timeout > 0:
+            raise UsageError("--stop-timeout must be a positive number of seconds")
         runtime_env = parse_runtime_env(args.runtime_env_json)
     except UsageError as exc:
         parser.error(str(exc))  # prints usage and exits 2
@@ -457,6 +512,101 @@ async def watch(client: JobSubmissionClient, submission_id: str, outage: Outage,
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Attempts
+
+
+def attempt_id(submission_id: str, attempt: int) -> str:
+    """Attempt 0 runs under the submission id itself, attempt k > 0 under ``ID-r<k>``."""
+    return submission_id if attempt == 0 else f"{submission_id}-r{attempt}"
+
+
+class Current:
+    """The attempt id the submitter works on; the SIGTERM handler stops this one when the run is deleted."""
+
+    def __init__(self, submission_id: str) -> None:
+        self.id = submission_id
+
+
+def check_command(info: JobDetails, attempt: str, entrypoint: str) -> None:
+    if getattr(info, "entrypoint", entrypoint) != entrypoint:
+        # Following (or skipping) the old job would report a run this command never made.
+        raise ConflictError(
+            f"job {attempt} already exists with a different command ({short_text(info.entrypoint)}). A changed "
+            f"run needs a new submission id (a new run name), or `ray job delete {attempt}` to discard the old one"
+        )
+
+
+def latest_attempt(
+    client: JobSubmissionClient, submission_id: str, entrypoint: str, outage: Outage, max_retries: int
+) -> tuple[int, JobDetails | None]:
+    """The newest attempt Ray knows (ID, ID-r1, ... up to the first id it does not know, also past a budget that
+    was lowered since) and its details, or (0, None) when there is none. Every attempt found must carry this
+    command. Without retries only ID itself is looked at, as before retries existed."""
+    found: tuple[int, JobDetails | None] = (0, None)
+    for attempt in range(MAX_ATTEMPTS_SCANNED if max_retries else 1):
+        aid = attempt_id(submission_id, attempt)
+        info = outage.call(functools.partial(lookup, client, aid), "looking up the job")
+        if info is None:
+            break
+        check_command(info, aid, entrypoint)
+        found = (attempt, info)
+    return found
+
+
+def submit(
+    client: JobSubmissionClient,
+    aid: str,
+    entrypoint: str,
+    runtime_env: dict[str, Any] | None,
+    outage: Outage,
+    out: Output,
+) -> bool:
+    """Submit one attempt. True once Ray has it (ours, or a concurrent submitter's); False when unknown (retry)."""
+    out.say(f"submitting job {aid}: {entrypoint}")
+    if runtime_env is not None:
+        out.say(f"runtime env: {describe_runtime_env(runtime_env)}")
+    try:
+        client.submit_job(entrypoint=entrypoint, submission_id=aid, runtime_env=runtime_env)
+    except Exception as exc:
+        if is_duplicate(exc):
+            out.say(f"job {aid} was submitted by another submitter at the same time; attaching to it")
+            return True
+        if is_transient(exc) or "No available agent" in str(exc):
+            # Unknown whether Ray recorded the job: the next lookup tells.
+            time.sleep(outage.failed(exc, "submitting the job"))
+            return False
+        raise RejectedError(f"Ray rejected job {aid}: {short(exc)}") from None
+    outage.ok()
+    return True
+
+
+def settle(
+    client: JobSubmissionClient,
+    aid: str,
+    entrypoint: str,
+    runtime_env: dict[str, Any] | None,
+    outage: Outage,
+    out: Output,
+    info: JobDetails | None,
+) -> tuple[JobDetails, bool]:
+    """Submit attempt ``aid`` unless Ray has it (``info``), or attach to it; return its final details and whether
+    it had finished before this submitter came."""
+    attached = False  # True once this process submitted the job or found it unfinished
+    while True:
+        if info is None:
+            attached = submit(client, aid, entrypoint, runtime_env, outage, out) or attached
+            info = outage.call(lambda: lookup(client, aid), "looking up the job")
+            continue
+        check_command(info, aid, entrypoint)
+        if info.status.is_terminal() and not attached:
+            return info, True
+        if not attached:
+            out.say(f"job {aid} exists and is {info.status}; attaching to it instead of submitting again")
+        out.say(f"streaming the logs of job {aid}")
+        return asyncio.run(watch(client, aid, outage, out)), False
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Main flow
 
 
@@ -464,6 +614,14 @@ def retry_advice(submission_id: str) -> str:
     return (
         f"Ray will not run submission id {submission_id} again. To retry, start a run with a new run name "
         f"(a new submission id), or delete the old record first with `ray job delete {submission_id}`."
+    )
+
+
+def retries_spent_advice(submission_id: str, max_retries: int) -> str:
+    return (
+        f"all {max_retries + 1} attempts failed ({submission_id} ... {attempt_id(submission_id, max_retries)}). To "
+        "go on, run again with a larger --max-retries (the job stack's maxRestarts): the next attempt resumes from "
+        "the newest checkpoint. Or start a run with a new run name."
     )
 
 
@@ -475,7 +633,11 @@ def first_line(message: str | None) -> str:
     return line.split(", last available logs")[0].rstrip(":")
 
 
-def outcome(info: JobDetails, submission_id: str, out: Output, earlier: bool) -> int:
+def failure_text(info: JobDetails) -> str:
+    return f" (driver exit code {info.driver_exit_code})" if info.driver_exit_code is not None else ""
+
+
+def outcome(info: JobDetails, attempt: str, out: Output, earlier: bool, advice: str = "") -> int:
     from ray.job_submission import JobStatus
 
     status = info.status
@@ -483,78 +645,163 @@ def outcome(info: JobDetails, submission_id: str, out: Output, earlier: bool) ->
     when = " in an earlier attempt" if earlier else ""
     if status == JobStatus.SUCCEEDED:
         if earlier:
-            out.say(f"job {submission_id} already SUCCEEDED in an earlier attempt; nothing was run again")
-        out.say(f"job {submission_id} SUCCEEDED")
+            out.say(f"job {attempt} already SUCCEEDED in an earlier attempt; nothing was run again")
+        out.say(f"job {attempt} SUCCEEDED")
         return EXIT_SUCCEEDED
-    if status == JobStatus.STOPPED:
-        if detail:
-            out.say(f"Ray says: {detail}")
-        out.say(retry_advice(submission_id))
-        out.say(f"job {submission_id} STOPPED{when}")
-        return EXIT_STOPPED
     if detail:
         out.say(f"Ray says: {detail}")
-    out.say(retry_advice(submission_id))
-    code = f" (driver exit code {info.driver_exit_code})" if info.driver_exit_code is not None else ""
-    out.say(f"job {submission_id} FAILED{when}{code}")
+    if status == JobStatus.STOPPED:
+        out.say(retry_advice(attempt))
+        out.say(f"job {attempt} STOPPED{when}")
+        return EXIT_STOPPED
+    out.say(advice or retry_advice(attempt))
+    out.say(f"job {attempt} FAILED{when}{failure_text(info)}")
     return EXIT_FAILED
 
 
-def run(args: argparse.Namespace, entrypoint_words: list[str], runtime_env: dict[str, Any] | None, out: Output) -> int:
+def run(
+    args: argparse.Namespace,
+    entrypoint_words: list[str],
+    runtime_env: dict[str, Any] | None,
+    out: Output,
+    current: Current | None = None,
+) -> int:
+    from ray.job_submission import JobStatus
+
     sid = args.submission_id
+    max_retries = getattr(args, "max_retries", 0)
+    current = current or Current(sid)
     entrypoint = shlex.join(entrypoint_words)
     outage = Outage(args.connect_timeout, args.address, out)
 
     out.say(f"connecting to the Ray Jobs API at {args.address} (waiting up to {args.connect_timeout:g} s)")
     client = connect(args.address, outage)
 
-    attached = False  # True once this process submitted the job or found it unfinished
+    attempt, info = latest_attempt(client, sid, entrypoint, outage, max_retries)
+    if attempt:
+        out.say(f"{attempt_id(sid, attempt)} is the latest attempt of {sid} on the cluster; continuing from it")
     while True:
-        info = outage.call(lambda: lookup(client, sid), "looking up the job")
-        if info is None:
-            out.say(f"submitting job {sid}: {entrypoint}")
-            if runtime_env is not None:
-                out.say(f"runtime env: {describe_runtime_env(runtime_env)}")
-            try:
-                client.submit_job(entrypoint=entrypoint, submission_id=sid, runtime_env=runtime_env)
-            except Exception as exc:
-                if is_duplicate(exc):
-                    out.say(f"job {sid} was submitted by another submitter at the same time; attaching to it")
-                    attached = True
-                    continue
-                if is_transient(exc) or "No available agent" in str(exc):
-                    # Unknown whether Ray recorded the job: the next lookup tells.
-                    time.sleep(outage.failed(exc, "submitting the job"))
-                    continue
-                raise RejectedError(f"Ray rejected job {sid}: {short(exc)}") from None
-            outage.ok()
-            attached = True
-            continue
-
-        if getattr(info, "entrypoint", entrypoint) != entrypoint:
-            # Following (or skipping) the old job would report a run this command never made.
-            raise ConflictError(
-                f"job {sid} already exists with a different command ({short_text(info.entrypoint)}). A changed "
-                f"run needs a new submission id (a new run name), or `ray job delete {sid}` to discard the old one"
+        aid = current.id = attempt_id(sid, attempt)
+        final, earlier = settle(client, aid, entrypoint, runtime_env, outage, out, info)
+        if final.status == JobStatus.FAILED and attempt < max_retries:
+            detail = first_line(final.message)
+            attempt += 1
+            out.say(
+                f"attempt {attempt} of {max_retries + 1} ({aid}) FAILED{' in an earlier run' if earlier else ''}"
+                f"{failure_text(final)}{': ' + detail if detail else ''}; retrying as {attempt_id(sid, attempt)} "
+                f"(retry {attempt} of {max_retries})"
             )
-        if info.status.is_terminal() and not attached:
-            return outcome(info, sid, out, earlier=True)
-        if not attached:
-            out.say(f"job {sid} exists and is {info.status}; attaching to it instead of submitting again")
-            attached = True
-        out.say(f"streaming the logs of job {sid}")
-        final = asyncio.run(watch(client, sid, outage, out))
-        return outcome(final, sid, out, earlier=False)
+            info = outage.call(functools.partial(lookup, client, attempt_id(sid, attempt)), "looking up the job")
+            continue
+        advice = retries_spent_advice(sid, max_retries) if max_retries else ""
+        return outcome(final, aid, out, earlier, advice)
 
 
-def install_signal_handlers(out: Output, submission_id: str) -> None:
-    """Leave at once on SIGTERM/SIGINT; the Ray job is deliberately not stopped."""
+# ---------------------------------------------------------------------------------------------------------------
+# Stopping the job when the run is deleted
+
+
+class K8sRun:
+    """Where the submitter's own Job and the run's marker ConfigMap live, and how to ask the API about them."""
+
+    def __init__(
+        self, namespace: str, job: str, marker: str, api: str | None = None, sa_dir: str = SERVICE_ACCOUNT_DIR
+    ):
+        if api is None:
+            host, port = os.environ.get("KUBERNETES_SERVICE_HOST", ""), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+            api = f"https://{'[' + host + ']' if ':' in host else host}:{port}" if host else ""
+        self.api = api.rstrip("/")
+        self.namespace, self.job, self.marker, self.sa_dir = namespace, job, marker, sa_dir
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        """One GET; None when the object does not exist (404). Other HTTP errors and timeouts raise."""
+        if not self.api:
+            raise OSError("no Kubernetes API address (KUBERNETES_SERVICE_HOST is not set)")
+        with open(os.path.join(self.sa_dir, "token"), encoding="utf-8") as token_file:
+            token = token_file.read().strip()
+        request = urllib.request.Request(
+            f"{self.api}{path}", headers={"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        )
+        context = None
+        if self.api.startswith("https://"):
+            import ssl
+
+            ca = os.path.join(self.sa_dir, "ca.crt")
+            context = ssl.create_default_context(cafile=ca if os.path.exists(ca) else None)
+        try:
+            with urllib.request.urlopen(request, timeout=K8S_TIMEOUT_S, context=context) as resp:
+                return dict(json.loads(resp.read().decode("utf-8")))
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    def run_deleted(self) -> tuple[bool, str]:
+        """(True, why) only when both the Job and the marker are gone or being deleted; any doubt is False."""
+
+        def deleting(obj: dict[str, Any] | None) -> bool:
+            return obj is None or bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+        try:
+            job = self.get(f"/apis/batch/v1/namespaces/{self.namespace}/jobs/{self.job}")
+            if not deleting(job):
+                return False, f"Job {self.namespace}/{self.job} is not being deleted (the pod was evicted or moved)"
+            marker = self.get(f"/api/v1/namespaces/{self.namespace}/configmaps/{self.marker}")
+            if not deleting(marker):
+                return False, (
+                    f"Job {self.job} is being deleted but the run marker ConfigMap {self.marker} stays (the Job is "
+                    "being replaced, or was deleted by hand)"
+                )
+        except Exception as exc:
+            return False, f"could not ask the Kubernetes API whether the run is deleted ({short(exc)})"
+        return True, f"Job {self.job} and the run marker {self.marker} are being deleted: the run is being destroyed"
+
+
+def stop_and_wait(address: str, attempt: str, timeout_s: float, out: Output) -> bool:
+    """Stop the job and wait until Ray reports a final status; True when it has one within the timeout."""
+    deadline = time.monotonic() + timeout_s
+    asked = False
+    try:
+        client = make_client(address)
+        while time.monotonic() < deadline:
+            info = lookup(client, attempt)
+            if info is None:
+                out.say(f"job {attempt} does not exist; nothing to stop")
+                return True
+            if info.status.is_terminal():
+                out.say(f"job {attempt} is {info.status}")
+                return True
+            if not asked:
+                client.stop_job(attempt)
+                out.say(f"asked Ray to stop job {attempt}; waiting up to {timeout_s:g} s for STOPPED")
+                asked = True
+            time.sleep(0.5)
+    except Exception as exc:
+        out.say(f"could not stop job {attempt} ({short(exc)}); stop it with `ray job stop {attempt}`")
+        return False
+    out.say(f"job {attempt} did not stop within {timeout_s:g} s; check it with `ray job status {attempt}`")
+    return False
+
+
+def install_signal_handlers(
+    out: Output, current: Current, k8s: K8sRun | None = None, address: str = "", stop_timeout_s: float = 0.0
+) -> None:
+    """Leave on SIGTERM/SIGINT. The Ray job is stopped first only on SIGTERM when ``k8s`` says the run is
+    deleted."""
 
     def leave(signum: int, _frame: object) -> NoReturn:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one decision per pod; kubelet's SIGKILL ends any overrun
         name = signal.Signals(signum).name
         try:
+            if signum == signal.SIGTERM and k8s is not None:
+                deleted, why = k8s.run_deleted()
+                out.say(f"received {name}; {why}")
+                if deleted:
+                    stop_and_wait(address, current.id, stop_timeout_s, out)
+                    out.say(f"exiting after stopping Ray job {current.id}")
+                    os._exit(EXIT_SIGTERM)
             out.say(
-                f"received {name}; exiting WITHOUT stopping Ray job {submission_id} (run again with the same "
+                f"received {name}; exiting WITHOUT stopping Ray job {current.id} (run again with the same "
                 "--submission-id to re-attach, or `ray job stop` it)"
             )
         finally:
@@ -567,17 +814,21 @@ def install_signal_handlers(out: Output, submission_id: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args, entrypoint, runtime_env = parse_args(sys.argv[1:] if argv is None else argv)
     out = Output(secret_values(runtime_env))
-    install_signal_handlers(out, args.submission_id)
+    current = Current(args.submission_id)
+    k8s = None
+    if args.k8s_job:
+        k8s = K8sRun(args.k8s_namespace, args.k8s_job, args.k8s_run_marker, args.k8s_api, args.k8s_token_dir)
+    install_signal_handlers(out, current, k8s, args.address, args.stop_timeout)
     try:
         import ray.job_submission  # noqa: F401  (fail early and clearly if Ray's client is missing)
     except ImportError as exc:
         out.say(f"Ray's job submission client is not importable ({exc}); install ray[default]")
         return EXIT_USAGE
     try:
-        return run(args, entrypoint, runtime_env, out)
+        return run(args, entrypoint, runtime_env, out, current)
     except EndedError as exc:
         out.say(f"{exc}")
-        out.say(f"job {args.submission_id}" + exc.final.format(address=args.address))
+        out.say(f"job {current.id}" + exc.final.format(address=args.address))
         return exc.exit_code
 
 

@@ -80,9 +80,11 @@ def test_one_manifest_per_kubernetes_object_in_a_stable_order(rendered: Rendered
     kinds = [obj["kind"] for _, obj in files]
     for kind, count in {
         "NetworkPolicy": 2,  # the Ray head's, and the submitter's no-ingress one
-        "ServiceAccount": 1,
+        "ServiceAccount": 2,  # the Ray pods', and the submitter's (reads its own Job: stopOnDelete)
+        "Role": 1,
+        "RoleBinding": 1,
         "Secret": 1,
-        "ConfigMap": 2,
+        "ConfigMap": 3,  # Fluent Bit's, the scripts, the run marker
         "PersistentVolume": 1,
         "PersistentVolumeClaim": 1,
         "GKENetworkParamSet": 9,
@@ -131,9 +133,10 @@ def test_every_built_in_object_validates_strictly_for_the_cluster_version(render
         if is_built_in(obj):
             kubernetes_validate.validate(obj, minor, strict=True)
             validated.append(obj["kind"])
-    assert {"Job", "Secret", "PersistentVolume", "PersistentVolumeClaim", "ConfigMap", "NetworkPolicy"} <= set(
-        validated
-    )
+    assert {
+        "Job", "Secret", "PersistentVolume", "PersistentVolumeClaim", "ConfigMap", "NetworkPolicy", "ServiceAccount",
+        "Role", "RoleBinding",
+    } <= set(validated)  # fmt: skip
 
 
 def test_strict_validation_would_catch_a_bad_job(rendered: Rendered):
@@ -162,7 +165,12 @@ def test_pipeline_lists_the_ray_jobs_in_order(rendered: Rendered):
     expected = rendered.plan.jobs.outputs["pipeline"]
     assert written["steps"] == expected
     assert written["jobName"] == rendered.plan.jobs.outputs["jobName"]
-    assert [s["step"] for s in written["steps"]][-2:] == ["train", "convert-hf"]
+    names = [s["step"] for s in written["steps"]]
+    assert names[names.index("train") :] == [
+        "train",
+        "convert-hf",
+        *(["export-gcs"] if rendered.plan.infra.outputs["exportBucket"] else []),
+    ]
     ids = [s["submissionId"] for s in written["steps"]]
     assert len(set(ids)) == len(ids)
 
@@ -244,6 +252,11 @@ def test_summary(capsys: pytest.CaptureFixture[str], tmp_path: Path):
     assert "kubeconfig: [secret]" in out
     assert "Lustre builds beside the cluster" in out
     assert "min in parallel vs" in out
+    assert (
+        "Run: a failed train attempt is retried up to 3 times (gemma3-27b-gsm8k-train, gemma3-27b-gsm8k-train-r1, "
+        "gemma3-27b-gsm8k-train-r2, gemma3-27b-gsm8k-train-r3); the model goes to "
+        "gs://my-gcp-project-nemo-rl-h200-models/gemma3-27b-gsm8k/"
+    ) in out
     assert (tmp_path / "h200" / "manifests").is_dir()
     for placeholder in PLACEHOLDERS:
         assert placeholder not in out

@@ -374,3 +374,14 @@ def test_the_head_must_leave_room_for_the_autoscaler():
     assert build_settings(fixed).ray_head.cpu == "77.5"  # reservation: autoscaler off by default
     with pytest.raises(ConfigError, match=r"'rayHead\.cpu' = '77\.5'.*at most 77\.0 cores on n2-highmem-80"):
         build_settings({**fixed, "rayAutoscaling": True})
+
+
+def test_export_bucket_choices():
+    assert settings_with().export_bucket_name == ""  # no export unless asked
+    assert settings_with(exportBucket="create", clusterName="nemo-rl").export_bucket_name == "p-nemo-rl-models"
+    assert settings_with(exportBucket="my_models-1").export_bucket_name == "my_models-1"
+
+
+@pytest.mark.parametrize("bucket", ["Models", "a", "my.models.example", "goog-models", "-x-", "gs://b"])
+def test_bad_export_bucket(bucket: str):
+    expect_error("exportBucket", bucket, "an existing bucket's name", exportBucket=bucket)

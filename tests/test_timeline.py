@@ -165,7 +165,7 @@ def test_dev_lustre_builds_beside_the_cluster(dev_plan: Plan):
     assert lustre.start < cluster.end and cluster.start < lustre.end  # they overlap
     path = [s.label for s in t.critical_path]
     assert "Instance/lustre" in path and "Cluster/gke" not in path
-    assert path[-1] == "Job/pipeline"
+    assert path[-2:] == ["Job/pipeline", "ConfigMap/pipeline-run-marker"]  # the run marker follows the Job
     assert t.total < t.sequential
     # The critical path is a chain: each step starts when the one before it has ended.
     for before, after in zip(t.critical_path, t.critical_path[1:], strict=False):

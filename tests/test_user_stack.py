@@ -4,6 +4,7 @@ traceback."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -48,8 +49,13 @@ STACK_FILE_TESTS = (
 )
 
 
+# What an outer `make test` (or `.ci/run`'s TORCH_INDEX=) puts in the environment would change what the inner make does.
+_OUTER_MAKE = ("TORCH_INDEX", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+
+
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+    env = {key: value for key, value in os.environ.items() if key not in _OUTER_MAKE}
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300, check=False, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -168,7 +168,7 @@ def test_workload_identity(stack_run):
     roles = {
         r.inputs["role"] for r in run.of_type("gcp:projects/iAMMember:IAMMember") if r.name.startswith("ray-identity")
     }
-    assert roles == {"roles/logging.logWriter", "roles/storage.objectUser"}
+    assert roles == {"roles/logging.logWriter"}  # object access: on the export bucket only
     values = run.one(RELEASE).inputs["values"]
     assert values["head"]["serviceAccountName"] == "generic-ksa"
 
@@ -294,3 +294,28 @@ def test_rendered_secret_keeps_keys_and_hides_values(run_infra: RunInfra):
     rendered = manifest(run.one("kubernetes:core/v1:Secret"))
     assert rendered is not None
     assert rendered["stringData"] == {"HF_TOKEN": "[secret]"}
+
+
+def test_ray_pods_get_object_access_on_the_export_bucket_only(run_infra: RunInfra):
+    created = run_infra("h200")  # exportBucket: create
+    bucket = created.one("gcp:storage/bucket:Bucket").inputs
+    assert bucket["name"] == "my-gcp-project-nemo-rl-h200-models"
+    assert bucket["uniformBucketLevelAccess"] is True and bucket["publicAccessPrevention"] == "enforced"
+    assert bucket["forceDestroy"] is False
+    assert created.one("gcp:storage/bucket:Bucket").protect  # protectData, like Lustre
+    grant = created.one("gcp:storage/bucketIAMMember:BucketIAMMember").inputs
+    assert grant == {
+        "bucket": bucket["name"],
+        "role": "roles/storage.objectUser",
+        "member": "serviceAccount:nemo-rl-h200-ray@my-gcp-project.iam.gserviceaccount.com",
+    }
+    assert created.outputs["exportBucket"] == bucket["name"]
+    for run in (created, run_infra("dev")):  # never a project-wide storage role
+        project_roles = {r.inputs["role"] for r in run.of_type("gcp:projects/iAMMember:IAMMember")}
+        assert not any(role.startswith("roles/storage.") for role in project_roles)
+    given = run_infra("dev", {"exportBucket": "team-models"})
+    assert not given.of_type("gcp:storage/bucket:Bucket")  # a user-given bucket is used, not created
+    assert given.one("gcp:storage/bucketIAMMember:BucketIAMMember").inputs["bucket"] == "team-models"
+    assert given.outputs["exportBucket"] == "team-models"
+    none = run_infra("dev")
+    assert not none.of_type("gcp:storage/bucketIAMMember:BucketIAMMember") and none.outputs["exportBucket"] == ""

@@ -62,6 +62,8 @@ KIND_ORDER = (
     "Namespace",
     "NetworkPolicy",
     "ServiceAccount",
+    "Role",
+    "RoleBinding",
     "Secret",
     "ConfigMap",
     "PersistentVolume",
@@ -82,6 +84,8 @@ KEY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
     "gcp:serviceaccount/account:Account": ("accountId",),
     "gcp:projects/iAMMember:IAMMember": ("role", "member"),
     "gcp:serviceaccount/iAMMember:IAMMember": ("role", "member"),
+    "gcp:storage/bucket:Bucket": ("name", "location", "uniformBucketLevelAccess", "publicAccessPrevention"),
+    "gcp:storage/bucketIAMMember:BucketIAMMember": ("bucket", "role", "member"),
     "gcp:container/cluster:Cluster": (
         "name",
         "location",
@@ -491,6 +495,13 @@ def summary(plan: Plan, out_dir: Path, files: Mapping[str, str]) -> str:
         )
     lines.append("  Estimated cost (USD, list prices):")
     lines += [f"    {line}" for line in cost_text(plan).splitlines()]
+    j = plan.jobs.outputs
+    if "maxRestarts" in j:
+        destination = j.get("modelUri") or "nowhere (no conversion)"
+        lines.append(
+            f"  Run: a failed train attempt is retried up to {j['maxRestarts']} times "
+            f"({', '.join(j.get('trainAttempts') or [])}); the model goes to {destination}"
+        )
     for name, run in (("infra", plan.infra), ("jobs", plan.jobs)):
         lines.append(f"  {name} stack outputs:")
         for key, value in redacted_outputs(run).items():

@@ -96,7 +96,13 @@ DURATIONS: Mapping[str, Duration] = {
     "kubernetes:networking.gke.io/v1:GKENetworkParamSet": Duration(0.05, "estimate: seconds (Kubernetes object)"),
     "kubernetes:networking.gke.io/v1:Network": Duration(0.05, "estimate: seconds (Kubernetes object)"),
     "kubernetes:batch/v1:Job": Duration(
-        0.05, "estimate: seconds; skipAwait, so `pulumi up` returns once the Job exists"
+        0.05, "estimate: seconds; its waitFor is met once the Job exists, so `pulumi up` does not wait for the run"
+    ),
+    "kubernetes:rbac.authorization.k8s.io/v1:Role": Duration(0.05, "estimate: seconds (Kubernetes object)"),
+    "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding": Duration(0.05, "estimate: seconds (Kubernetes object)"),
+    "gcp:storage/bucket:Bucket": Duration(0.1, "estimate: seconds"),
+    "gcp:storage/bucketIAMMember:BucketIAMMember": Duration(
+        0.25, "estimate: seconds (one IAM policy read-modify-write)"
     ),
 }
 DEFAULT_DURATION = Duration(0.5, "estimate: default for a type without a figure")

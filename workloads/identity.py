@@ -11,8 +11,9 @@ import pulumi_kubernetes as k8s
 
 from infra.iam import grant_project_roles
 
-# Ray pods ship logs (fluent-bit) and read and write objects (datasets, checkpoint exports) in GCS. Nothing else.
-RAY_POD_ROLES = ("roles/logging.logWriter", "roles/storage.objectUser")
+# Ray pods ship logs (fluent-bit). Object access is granted on the export bucket alone, not project-wide.
+RAY_POD_ROLES = ("roles/logging.logWriter",)
+EXPORT_BUCKET_ROLE = "roles/storage.objectUser"  # list, read, create and replace objects; no bucket settings or IAM
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class RayIdentityArgs:
     cluster: gcp.container.Cluster
     iam_api: Sequence[pulumi.Resource] = ()  # the Service resources of the IAM ...
     resource_manager_api: Sequence[pulumi.Resource] = ()  # ... and Resource Manager APIs
+    export_bucket: pulumi.Input[str] | None = None  # the bucket models are copied to, if any
+    storage_api: Sequence[pulumi.Resource] = ()  # the Service resource of the Cloud Storage API
 
 
 def workload_identity_member(project: str, namespace: str, ksa: str) -> str:
@@ -52,6 +55,15 @@ class RayIdentity(pulumi.ComponentResource):
             parent=self,
             apis=args.resource_manager_api,
         )
+        self.export_access = None
+        if args.export_bucket is not None:
+            self.export_access = gcp.storage.BucketIAMMember(
+                f"{name}-export-objects",
+                bucket=args.export_bucket,
+                role=EXPORT_BUCKET_ROLE,
+                member=self.gcp_service_account.member,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.storage_api)),
+            )
         # The identity pool <project>.svc.id.goog exists once a Workload Identity cluster does.
         self.binding = gcp.serviceaccount.IAMMember(
             f"{name}-workload-identity",

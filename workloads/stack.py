@@ -105,6 +105,10 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
             cluster=infra.cluster.cluster,
             iam_api=infra.services.needed_by("iam"),
             resource_manager_api=infra.services.needed_by("cloudresourcemanager"),
+            export_bucket=(
+                infra.export_bucket.bucket.name if infra.export_bucket else settings.export_bucket_name or None
+            ),
+            storage_api=infra.services.needed_by("storage"),
         ),
         opts=provider,
     )
@@ -177,6 +181,7 @@ def export_workloads(settings: InfraSettings, workloads: Workloads) -> None:
     # release, which the job stack refuses.
     release = settings.nemo_rl_release
     pulumi.export("nemoRlRelease", release.as_output() if release else None)
+    pulumi.export("exportBucket", settings.export_bucket_name)
     pulumi.export(
         "dashboardPortForward",
         f"kubectl --namespace {settings.namespace} port-forward service/{service} {DASHBOARD_PORT}:{DASHBOARD_PORT}",

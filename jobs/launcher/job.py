@@ -9,7 +9,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from launcher.pipeline import SCRIPTS_MOUNT
+from launcher.pipeline import SCRIPTS_MOUNT, STOP_TIMEOUT_S, job_name, run_marker_name
 from launcher.settings import InfraOutputs, JobSettings
 
 JOBS_DIR = Path(__file__).resolve().parent.parent
@@ -19,6 +19,8 @@ SCRIPT_FILES = (
     "wait_for_workers.py",
     "scripts/prepare_gsm8k.py",
     "scripts/convert_checkpoint.py",
+    "scripts/checkpoint_guard.py",
+    "scripts/export_gcs.py",
     "preflight/nccl_allreduce.py",
     "preflight/lustre_io.py",
 )
@@ -27,6 +29,15 @@ PIPELINE_FILE = "pipeline.sh"
 # outcome, so the Job fails at once. Exit 4 (Ray unreachable) and pod evictions are retried.
 FINAL_EXIT_CODES = [1, 2, 3]
 KEEP_FINISHED_SECONDS = 7 * 24 * 3600
+# The provider's await condition: satisfied as soon as the Job exists, instead of waiting for it to finish.
+WAIT_FOR = "pulumi.com/waitFor"
+CREATED = "jsonpath={.metadata.uid}"
+# Where the submitter finds its token for the Kubernetes API (the path in-cluster clients expect).
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOKEN_SECONDS = 3600  # the kubelet renews the projected token well before it expires
+# On SIGTERM the submitter asks the API twice (5 s timeout each), then stops the Ray job and waits up to
+# STOP_TIMEOUT_S for STOPPED: the pod's grace period covers that with room to spare.
+GRACE_SECONDS = 2 * 5 + STOP_TIMEOUT_S + 20
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,7 @@ class PipelineJob(pulumi.ComponentResource):
     config_map: k8s.core.v1.ConfigMap
     network_policy: k8s.networking.v1.NetworkPolicy
     job: k8s.batch.v1.Job
+    run_marker: k8s.core.v1.ConfigMap | None = None
 
     def __init__(self, name: str, args: PipelineJobArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("nemo-rl-jobs:launcher:PipelineJob", name, None, opts)
@@ -79,14 +91,17 @@ class PipelineJob(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
+        access = self._api_access(name, job, infra, labels) if job.stop_on_delete else None
         self.job = k8s.batch.v1.Job(
             name,
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=f"{job.run_name}-pipeline",
+                name=job_name(job),
                 namespace=infra.namespace,
                 labels=pod_labels,
-                # `pulumi up` returns once the Job exists; the run is followed with kubectl (see the outputs).
-                annotations={"pulumi.com/skipAwait": "true"},
+                # `pulumi up` returns once the Job exists (it has a uid); the run is followed with kubectl (see the
+                # outputs). Not skipAwait: that would also skip waiting for the Job's deletion, and `pulumi destroy`
+                # would then delete the submitter's Role while its pod still needs it to decide whether to stop Ray.
+                annotations={WAIT_FOR: CREATED},
             ),
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=4,
@@ -116,7 +131,11 @@ class PipelineJob(pulumi.ComponentResource):
                     spec=k8s.core.v1.PodSpecArgs(
                         restart_policy="Never",
                         node_selector={"cloud.google.com/gke-nodepool": infra.cpu_node_pool},
+                        # No token by default; with stopOnDelete one projected, short-lived token of an account
+                        # that may only read this Job and the run marker (see _api_access).
                         automount_service_account_token=False,
+                        service_account_name=access.service_account.metadata.name if access else None,
+                        termination_grace_period_seconds=GRACE_SECONDS,
                         # Pod-level too, so that every container (and any added later) gets the runtime's seccomp
                         # filter. Not runAsNonRoot: the image runs as root and the Lustre files it writes are root's.
                         security_context=k8s.core.v1.PodSecurityContextArgs(
@@ -151,6 +170,11 @@ class PipelineJob(pulumi.ComponentResource):
                                     ),
                                     k8s.core.v1.VolumeMountArgs(name="data", mount_path=infra.mount_path),
                                     k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+                                    *(
+                                        [k8s.core.v1.VolumeMountArgs(name="api", mount_path=TOKEN_DIR, read_only=True)]
+                                        if access
+                                        else []
+                                    ),
                                 ],
                             )
                         ],
@@ -168,12 +192,97 @@ class PipelineJob(pulumi.ComponentResource):
                             k8s.core.v1.VolumeArgs(
                                 name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="1Gi")
                             ),
+                            *([api_token_volume()] if access else []),
                         ],
                     ),
                 ),
             ),
             # A Job's template cannot change in place: a new pipeline replaces it, and the idempotent submission
             # ids make the new pod resume where the old one stopped.
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+            # The Role and its binding are deleted only after the Job (and so its pod) is gone.
+            opts=pulumi.ResourceOptions(
+                parent=self, delete_before_replace=True, depends_on=[access.role, access.binding] if access else None
+            ),
         )
+        if job.stop_on_delete:
+            # Created after the Job, so `pulumi destroy` deletes it first: a submitter whose Job is deleted while
+            # the marker stays is being replaced (or was deleted by hand) and leaves the Ray job running.
+            self.run_marker = k8s.core.v1.ConfigMap(
+                f"{name}-run-marker",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=run_marker_name(job), namespace=infra.namespace, labels=labels
+                ),
+                data={
+                    "job": job_name(job),
+                    "meaning": "While this exists, deleting the Job does not stop the run's Ray jobs.",
+                },
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.job]),
+            )
         self.register_outputs({"job": self.job.metadata.name, "configMap": self.config_map.metadata.name})
+
+    def _api_access(self, name: str, job: JobSettings, infra: InfraOutputs, labels: dict[str, str]) -> ApiAccess:
+        """A service account that can `get` exactly two objects: this run's Job and its marker ConfigMap.
+
+        The trade-off: the submitter otherwise runs with no token at all. Reading its own Job is what tells a
+        `pulumi destroy` (stop the GPUs) from an eviction (keep training). resourceNames pins the Role to those two
+        names, `get` only (no list or watch, which resourceNames cannot narrow), and the NetworkPolicy still
+        admits nothing to the pod."""
+        child = pulumi.ResourceOptions(parent=self)
+        meta = k8s.meta.v1.ObjectMetaArgs(name=f"{job.run_name}-submitter", namespace=infra.namespace, labels=labels)
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-submitter", metadata=meta, automount_service_account_token=False, opts=child
+        )
+        role = k8s.rbac.v1.Role(
+            f"{name}-submitter",
+            metadata=meta,
+            rules=[
+                k8s.rbac.v1.PolicyRuleArgs(
+                    api_groups=["batch"], resources=["jobs"], resource_names=[job_name(job)], verbs=["get"]
+                ),
+                k8s.rbac.v1.PolicyRuleArgs(
+                    api_groups=[""], resources=["configmaps"], resource_names=[run_marker_name(job)], verbs=["get"]
+                ),
+            ],
+            opts=child,
+        )
+        binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-submitter",
+            metadata=meta,
+            role_ref=k8s.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io", kind="Role", name=role.metadata.name
+            ),
+            subjects=[
+                k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=infra.namespace)
+            ],
+            opts=child,
+        )
+        return ApiAccess(service_account=account, role=role, binding=binding)
+
+
+@dataclass(frozen=True)
+class ApiAccess:
+    service_account: k8s.core.v1.ServiceAccount
+    role: k8s.rbac.v1.Role
+    binding: k8s.rbac.v1.RoleBinding
+
+
+def api_token_volume() -> k8s.core.v1.VolumeArgs:
+    """The token and the cluster CA, as in-cluster clients expect them; the token expires after an hour and is
+    renewed by the kubelet."""
+    return k8s.core.v1.VolumeArgs(
+        name="api",
+        projected=k8s.core.v1.ProjectedVolumeSourceArgs(
+            sources=[
+                k8s.core.v1.VolumeProjectionArgs(
+                    service_account_token=k8s.core.v1.ServiceAccountTokenProjectionArgs(
+                        path="token", expiration_seconds=TOKEN_SECONDS
+                    )
+                ),
+                k8s.core.v1.VolumeProjectionArgs(
+                    config_map=k8s.core.v1.ConfigMapProjectionArgs(
+                        name="kube-root-ca.crt", items=[k8s.core.v1.KeyToPathArgs(key="ca.crt", path="ca.crt")]
+                    )
+                ),
+            ]
+        ),
+    )

@@ -11,6 +11,8 @@ NEMO_RL_DIR = "/opt/nemo-rl"  # where the NeMo RL image keeps its sources and uv
 SCRIPTS_MOUNT = "/opt/launcher"  # the ConfigMap with our scripts, inside the submitter pod
 SUBMITTER = f"{SCRIPTS_MOUNT}/ray_submit.py"
 WAIT_FOR_WORKERS = f"{SCRIPTS_MOUNT}/wait_for_workers.py"
+# How long the submitter waits for a deleted run's Ray job to reach STOPPED; the pod's grace period covers it.
+STOP_TIMEOUT_S = 30
 
 
 @dataclass(frozen=True)
@@ -19,10 +21,26 @@ class Step:
     submission_id: str
     entrypoint: list[str]
     on_failure: str = ""  # what to check when this step fails
+    max_retries: int = 0  # FAILED attempts submitted again as <id>-r1, -r2, ... (ray_submit.py --max-retries)
 
 
 def dataset_dir(infra: InfraOutputs) -> str:
     return f"{infra.mount_path}/datasets/gsm8k"
+
+
+def job_name(job: JobSettings) -> str:
+    """The submitter's Kubernetes Job."""
+    return f"{job.run_name}-pipeline"
+
+
+def run_marker_name(job: JobSettings) -> str:
+    """A ConfigMap that lives as long as the run: the job stack deletes it before the Job only when destroyed."""
+    return f"{job.run_name}-run"
+
+
+def attempt_ids(step: Step) -> list[str]:
+    """Every submission id a step may use, in order (ray_submit.py's attempt ids)."""
+    return [step.submission_id] + [f"{step.submission_id}-r{k}" for k in range(1, step.max_retries + 1)]
 
 
 def checkpoint_dir(job: JobSettings, infra: InfraOutputs) -> str:
@@ -32,6 +50,15 @@ def checkpoint_dir(job: JobSettings, infra: InfraOutputs) -> str:
 def log_dir(job: JobSettings, infra: InfraOutputs) -> str:
     """NeMo RL's logs and TensorBoard event files: on Lustre with the run, so a head restart keeps them."""
     return f"{checkpoint_dir(job, infra)}/logs"
+
+
+def model_uri(job: JobSettings, infra: InfraOutputs) -> str:
+    """Where the final model ends: the export bucket when there is one, else Lustre; "" without conversion."""
+    if not job.convert_to_hf:
+        return ""
+    if infra.export_bucket:
+        return f"gs://{infra.export_bucket}/{job.run_name}/"
+    return f"{checkpoint_dir(job, infra)}/hf"
 
 
 def scripts_dir(job: JobSettings, infra: InfraOutputs) -> str:
@@ -166,12 +193,15 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
             on_failure="access to the Hugging Face hub (HF_TOKEN) and the Lustre mount",
         )
     )
+    train = _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, f"--config={job.recipe}", *grpo_overrides(job, infra))
     steps.append(
         Step(
             "train",
             f"{job.run_name}-train",
-            _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, f"--config={job.recipe}", *grpo_overrides(job, infra)),
+            # Every attempt first makes the checkpoint dir safe to resume from (jobs/scripts/checkpoint_guard.py).
+            ["python", f"{scripts}/checkpoint_guard.py", f"--checkpoint-dir={ckpt}", "&&", *train],
             on_failure="the driver log above (model access with HF_TOKEN, GPU memory, the recipe's overrides)",
+            max_retries=job.max_restarts,
         )
     )
     if job.convert_to_hf:
@@ -183,6 +213,16 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
                 on_failure="that the training wrote step_N checkpoints under the checkpoint dir",
             )
         )
+    if job.convert_to_hf and infra.export_bucket:
+        steps.append(
+            Step(
+                "export-gcs",
+                f"{job.run_name}-export-gcs",
+                # Standard library only; runs on the head, whose pod has the Ray service account by Workload Identity.
+                ["python", f"{scripts}/export_gcs.py", f"--source={ckpt}/hf", f"--destination={model_uri(job, infra)}"],
+                on_failure="the Ray service account's object access on the export bucket (Workload Identity)",
+            )
+        )
     return steps
 
 
@@ -191,19 +231,21 @@ def entrypoint_text(step: Step) -> str:
     return " ".join(part if part == "&&" else shlex.quote(part) for part in step.entrypoint)
 
 
-def submit_command(step: Step, infra: InfraOutputs) -> list[str]:
-    """How the submitter pod runs one step: ray_submit.py with the step's id; bash -c keeps '&&' an operator on the
-    Ray side (ray_submit.py quotes every word it gets)."""
-    return [
-        "python",
-        SUBMITTER,
-        f"--address={infra.ray_address}",
-        f"--submission-id={step.submission_id}",
-        "--",
-        "bash",
-        "-c",
-        entrypoint_text(step),
-    ]
+def submit_command(step: Step, job: JobSettings, infra: InfraOutputs) -> list[str]:
+    """How the submitter pod runs one step: ray_submit.py with the step's id, its retry budget and, with stopOnDelete,
+    what it reads on SIGTERM to tell a deletion from an eviction; bash -c keeps '&&' an operator on the Ray side
+    (ray_submit.py quotes every word it gets)."""
+    command = ["python", SUBMITTER, f"--address={infra.ray_address}", f"--submission-id={step.submission_id}"]
+    if step.max_retries:
+        command.append(f"--max-retries={step.max_retries}")
+    if job.stop_on_delete:
+        command += [
+            f"--k8s-job={job_name(job)}",
+            f"--k8s-run-marker={run_marker_name(job)}",
+            f"--k8s-namespace={infra.namespace}",
+            f"--stop-timeout={STOP_TIMEOUT_S}",
+        ]
+    return [*command, "--", "bash", "-c", entrypoint_text(step)]
 
 
 def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) -> str:
@@ -223,17 +265,22 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
         wait.append(f"--request-address={infra.ray_client_address}")
     lines = [
         "set -euo pipefail",
+        # Kubernetes sends SIGTERM to PID 1, this shell: pass it on to the running submitter, which decides whether
+        # the run is being deleted (and then stops its Ray job) before the pod goes.
+        "child=",
+        'trap \'if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; wait "$child"; fi; exit 143\' TERM',
+        'in_background() { "$@" & child=$!; wait "$child"; }',
         f"mkdir -p {shlex.quote(scripts)}",
         f"cp -L {SCRIPTS_MOUNT}/*.py {shlex.quote(scripts)}/",
         # GPU nodes come from zero: wait here (a timeout exits 4 and the Job retries) rather than let a Ray job fail
         # for lack of workers, which would spend its submission id.
-        shlex.join(wait),
+        f"in_background {shlex.join(wait)}",
     ]
     for number, step in enumerate(steps, start=1):
         hint = step.on_failure.replace("'", "")  # inside single quotes in the script
         lines += [
             f"echo '=== step {number}/{len(steps)}: {step.name} ({step.submission_id})'",
-            f"{shlex.join(submit_command(step, infra))} || {{",
+            f"in_background {shlex.join(submit_command(step, job, infra))} || {{",
             "  rc=$?",
             f"  echo 'step {step.name} did not succeed (exit '$rc'). Check: {hint}' >&2",
             "  exit $rc",

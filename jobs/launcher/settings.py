@@ -14,6 +14,8 @@ import pulumi
 _RUN_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
 _OVERRIDE_RE = re.compile(r"^[+~]{0,2}[A-Za-z_][A-Za-z0-9_.\-]*=.*$")
 _STACK_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+){0,2}$")
+# Each retry resumes from the newest checkpoint; past a handful, a run that keeps failing needs a person.
+MAX_RESTARTS = 20
 DEFAULT_RECIPE = "examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml"
 # vLLM on GPUs of its own: vLLM's own default share. Colocated with training it takes the recipe's value (NeMo RL's
 # base config sets 0.6 there, leaving the rest to the trainer).
@@ -95,6 +97,7 @@ class InfraOutputs:
     # From the infra's estimatedCost: one GPU node per hour in dollars (None: no price) and the table's date.
     gpu_node_hourly_usd: float | None = None
     prices_read_on: str = ""
+    export_bucket: str = ""  # where the HF checkpoint is copied; "" when the infra has no export bucket
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,8 @@ class JobSettings:
     extra_overrides: tuple[str, ...]
     preflight: PreflightSettings
     wait_for_workers_minutes: int
+    max_restarts: int  # retries of a FAILED train attempt (ray_submit.py --max-retries)
+    stop_on_delete: bool  # stop the run's Ray jobs when the job stack is destroyed
     # Run estimate (jobs/launcher/cost.py): seconds one GRPO step takes on numNodes nodes.
     seconds_per_step: float = DEFAULT_SECONDS_PER_STEP
 
@@ -216,6 +221,7 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         lustre_capacity_gib=need("lustreCapacityGib", (int,)),
         lustre_throughput_mbps_per_tib=need("lustreThroughputMbpsPerTib", (int,)),
         dashboard_port_forward=need("dashboardPortForward", str),
+        export_bucket=str(outputs.get("exportBucket") or ""),  # optional: older infra stacks have none
         ray_autoscaling=autoscaling,
         ray_client_address=client_address if autoscaling else None,
         gpu_node_hourly_usd=float(hourly)
@@ -343,6 +349,11 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
     seconds_per_step = _float("secondsPerStep", values.get("secondsPerStep", DEFAULT_SECONDS_PER_STEP))
     if seconds_per_step <= 0:
         raise ConfigError("secondsPerStep", seconds_per_step, "a positive number of seconds")
+    max_restarts = _int("maxRestarts", values.get("maxRestarts", 3))
+    if not 0 <= max_restarts <= MAX_RESTARTS:
+        raise ConfigError(
+            "maxRestarts", max_restarts, f"0..{MAX_RESTARTS}: retries of a failed training attempt (0 = none)"
+        )
 
     return JobSettings(
         infra_stack=infra_stack,
@@ -366,6 +377,8 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         ),
         wait_for_workers_minutes=wait_minutes,
         seconds_per_step=seconds_per_step,
+        max_restarts=max_restarts,
+        stop_on_delete=_bool("stopOnDelete", values.get("stopOnDelete", True)),
     )
 
 
@@ -373,7 +386,7 @@ _PLAIN_KEYS = (
     "infraStack", "runName", "recipe", "numNodes", "generationNodes", "maxNumSteps", "numPromptsPerStep",
     "numGenerationsPerPrompt", "vllmTensorParallelSize", "vllmGpuMemoryUtilization", "dtensorTensorParallelSize",
     "convertToHf", "preflight", "preflightMinBusbwGbps", "preflightLustreGibPerNode", "preflightLustreMinFraction",
-    "waitForWorkersMinutes", "secondsPerStep",
+    "waitForWorkersMinutes", "secondsPerStep", "maxRestarts", "stopOnDelete",
 )  # fmt: skip
 
 

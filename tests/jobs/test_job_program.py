@@ -208,7 +208,9 @@ def test_missing_or_malformed_infra_output(infra_outputs, change, name):
 def test_pipeline_order_and_idempotent_ids(infra_outputs):
     infra = infra_of(infra_outputs["h200"])
     steps = pipeline_steps(job_with(infra, runName="exp1"), infra)
-    assert [s.name for s in steps] == ["preflight-nccl", "preflight-lustre", "prepare-data", "train", "convert-hf"]
+    assert [s.name for s in steps] == [
+        "preflight-nccl", "preflight-lustre", "prepare-data", "train", "convert-hf", "export-gcs",
+    ]  # fmt: skip
     assert [s.submission_id for s in steps] == [f"exp1-{s.name}" for s in steps]
     # Same config, same ids: a restarted pod finds the jobs it already submitted.
     again = pipeline_steps(job_with(infra, runName="exp1"), infra)
@@ -222,13 +224,23 @@ def test_entrypoints_pin_nothing_at_run_time(infra_outputs):
     steps = pipeline_steps(job_with(infra), infra)
     train = next(s for s in steps if s.name == "train")
     text = entrypoint_text(train)
-    assert text.startswith("cd /opt/nemo-rl && uv run python examples/run_grpo_math.py --config=examples/configs/")
+    assert " && cd /opt/nemo-rl && uv run python examples/run_grpo_math.py --config=examples/configs/" in text
     for step in steps:
         assert not re.search(r"\b(git|pip|sed|apt-get)\b", entrypoint_text(step)), step.name
     nccl = next(s for s in steps if s.name == "preflight-nccl")
     assert "--nodes=2" in nccl.entrypoint and "--gpus-per-node=8" in nccl.entrypoint
     lustre = next(s for s in steps if s.name == "preflight-lustre")
     assert "--capacity-gib=18000" in lustre.entrypoint and "--tier-mbps-per-tib=500" in lustre.entrypoint
+
+
+def _fake_tools(tmp_path: Path, python_body: str) -> Path:
+    """A bin folder for running pipeline.sh outside the pod: `python` runs python_body, mkdir and cp do nothing."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    for tool, body in (("python", python_body), ("mkdir", "exit 0\n"), ("cp", "exit 0\n")):
+        (fake_bin / tool).write_text("#!/bin/bash\n" + body)
+        (fake_bin / tool).chmod(0o755)
+    return fake_bin
 
 
 def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failure(infra_outputs, tmp_path: Path):
@@ -239,21 +251,15 @@ def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failu
     job = job_with(infra, runName="exp2")
     steps = pipeline_steps(job, infra)
     script = pipeline_script(job, infra, steps)
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
     log = tmp_path / "calls.log"
     # `python SUBMITTER ... --submission-id=ID ...`: record the id; fail with 3 on the train step.
-    (fake_bin / "python").write_text(
-        "#!/bin/bash\n"
+    fake_bin = _fake_tools(
+        tmp_path,
         'id="$(basename "$1")"\n'  # the script run; for the submitter, its submission id
         f'for a in "$@"; do case "$a" in --submission-id=*) id="${{a#*=}}";; esac; done\n'
         f'echo "$id" >> {log}\n'
-        'case "$id" in *-train) exit 3;; esac\n'
+        'case "$id" in *-train) exit 3;; esac\n',
     )
-    (fake_bin / "python").chmod(0o755)
-    for tool in ("mkdir", "cp"):
-        (fake_bin / tool).write_text("#!/bin/bash\nexit 0\n")
-        (fake_bin / tool).chmod(0o755)
     result = subprocess.run(
         ["bash", "-c", script], env={"PATH": f"{fake_bin}:/usr/bin:/bin"}, capture_output=True, text=True, check=False
     )
@@ -301,7 +307,7 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     label_key, label_value = next(iter(infra["submitterPodLabel"].items()))
     # The infra NetworkPolicy admits pods with this label to the Ray head.
     assert job["spec"]["template"]["metadata"]["labels"][label_key] == label_value
-    assert job["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    assert job["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
     assert job["metadata"]["namespace"] == infra["namespace"]
     assert spec["backoffLimit"] >= 1 and spec["ttlSecondsAfterFinished"] > 0
     assert pod["restartPolicy"] == "Never"
@@ -310,11 +316,11 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     assert pod["nodeSelector"] == {"cloud.google.com/gke-nodepool": infra["cpuNodePool"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["data"]["persistentVolumeClaim"]["claimName"] == infra["lustrePvcName"]
-    config_map = run.one("kubernetes:core/v1:ConfigMap").inputs
+    config_map = run.one("kubernetes:core/v1:ConfigMap", "pipeline-scripts").inputs
     assert volumes["launcher"]["configMap"]["name"] == config_map["metadata"]["name"]
     assert set(config_map["data"]) == {
         "ray_submit.py", "wait_for_workers.py", "prepare_gsm8k.py", "convert_checkpoint.py", "nccl_allreduce.py",
-        "lustre_io.py", "pipeline.sh",
+        "lustre_io.py", "checkpoint_guard.py", "export_gcs.py", "pipeline.sh",
     }  # fmt: skip
     assert config_map["data"]["ray_submit.py"] == (JOBS / "ray_submit.py").read_text()
     # The Job's address and ids come from the infra outputs.
@@ -389,7 +395,11 @@ def test_destroying_the_job_stack_touches_no_data(infra_outputs):
     assert owned == [
         "kubernetes:batch/v1:Job",
         "kubernetes:core/v1:ConfigMap",
+        "kubernetes:core/v1:ConfigMap",
+        "kubernetes:core/v1:ServiceAccount",
         "kubernetes:networking.k8s.io/v1:NetworkPolicy",
+        "kubernetes:rbac.authorization.k8s.io/v1:Role",
+        "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding",
         "pulumi:providers:kubernetes",
         "pulumi:pulumi:StackReference",
     ]
@@ -425,3 +435,163 @@ def test_nothing_may_connect_to_the_submitter(infra_outputs):
     selector = policy["podSelector"]["matchLabels"]
     assert selector.items() <= pod_labels.items()  # it selects the submitter pods ...
     assert policy["policyTypes"] == ["Ingress"] and not policy.get("ingress")  # ... and admits nothing
+
+
+# --- run lifecycle: retries, stop on destroy ---------------------------------------------------------------------
+
+
+def _submit_line(script: str, submission_id: str) -> list[str]:
+    line = next(line for line in script.splitlines() if f"--submission-id={submission_id}" in line)
+    return shlex.split(line.removeprefix("in_background ").removesuffix(" || {"))
+
+
+def test_only_the_train_step_is_retried_and_each_attempt_guards_the_checkpoints(infra_outputs):
+    infra = infra_of(infra_outputs["h200"])
+    job = job_with(infra, runName="exp3")
+    steps = pipeline_steps(job, infra)
+    script = pipeline_script(job, infra, steps)
+    assert "--max-retries=3" in _submit_line(script, "exp3-train")  # the default budget
+    for step in steps:
+        if step.name != "train":
+            assert not any(w.startswith("--max-retries") for w in _submit_line(script, step.submission_id))
+    train = next(s for s in steps if s.name == "train")
+    assert entrypoint_text(train).startswith(
+        "python /data/exp3/scripts/checkpoint_guard.py --checkpoint-dir=/data/exp3 && cd /opt/nemo-rl && uv run "
+        "python examples/run_grpo_math.py"
+    )
+    none = job_with(infra, runName="exp3", maxRestarts=0)
+    assert not any(
+        w.startswith("--max-retries")
+        for w in _submit_line(pipeline_script(none, infra, pipeline_steps(none, infra)), "exp3-train")
+    )
+    with pytest.raises(ConfigError, match="maxRestarts"):
+        job_with(infra, maxRestarts=-1)
+    with pytest.raises(ConfigError, match="maxRestarts"):
+        job_with(infra, maxRestarts=21)
+
+
+def test_the_guard_and_the_submitter_agree_on_the_checkpoint_dir(infra_outputs):
+    guard = load_script("jobs/scripts/checkpoint_guard.py", "checkpoint_guard")
+    infra = infra_of(infra_outputs["h200"])
+    train = next(s for s in pipeline_steps(job_with(infra, runName="exp4"), infra) if s.name == "train")
+    assert "checkpointing.checkpoint_dir=/data/exp4" in train.entrypoint
+    assert "--checkpoint-dir=/data/exp4" in train.entrypoint
+    assert guard.RESUME_FILES == ("training_info.json", "train_dataloader.pt")
+
+
+def test_lifecycle_outputs(infra_outputs):
+    run = run_jobs("dev", infra_outputs, {"maxRestarts": 2})
+    assert run.outputs["maxRestarts"] == 2
+    assert run.outputs["trainAttempts"] == [
+        "smoke-qwen-1p5b-train", "smoke-qwen-1p5b-train-r1", "smoke-qwen-1p5b-train-r2",
+    ]  # fmt: skip
+    assert run.outputs["rayJobCommands"]["stop"] == "ray job stop --address http://127.0.0.1:8265 smoke-qwen-1p5b-train"
+    assert run.outputs["stopOnDelete"] is True
+
+
+def test_the_submitter_may_read_only_its_own_job_and_the_run_marker(infra_outputs):
+    run = run_jobs("h200", infra_outputs)
+    job = run.one("kubernetes:batch/v1:Job")
+    pod = job.inputs["spec"]["template"]["spec"]
+    namespace = infra_outputs["h200"]["namespace"]
+    account = run.one("kubernetes:core/v1:ServiceAccount").inputs
+    role = run.one("kubernetes:rbac.authorization.k8s.io/v1:Role")
+    binding = run.one("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+    marker = run.one("kubernetes:core/v1:ConfigMap", "pipeline-run-marker")
+    job_name, marker_name = job.inputs["metadata"]["name"], marker.inputs["metadata"]["name"]
+    assert (job_name, marker_name) == ("gemma3-27b-gsm8k-pipeline", "gemma3-27b-gsm8k-run")
+    assert role.inputs["rules"] == [
+        {"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": [job_name], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [marker_name], "verbs": ["get"]},
+    ]
+    assert binding.inputs["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role.inputs["metadata"]["name"],
+    }  # fmt: skip
+    assert binding.inputs["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": namespace}
+    ]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert pod["automountServiceAccountToken"] is False and account["automountServiceAccountToken"] is False
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    sources = volumes["api"]["projected"]["sources"]
+    assert sources[0]["serviceAccountToken"] == {"path": "token", "expirationSeconds": 3600}
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["api"] == {
+        "name": "api", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True,
+    }  # fmt: skip
+    # Destroy order: the marker goes first, the Role and binding only after the Job.
+    assert run.depends_on(marker, job)
+    assert run.depends_on(job, role) and run.depends_on(job, binding)
+    # The submitter is told exactly these names, and has the time to stop the Ray job.
+    script = run.one("kubernetes:core/v1:ConfigMap", "pipeline-scripts").inputs["data"]["pipeline.sh"]
+    words = _submit_line(script, "gemma3-27b-gsm8k-train")
+    assert {f"--k8s-job={job_name}", f"--k8s-run-marker={marker_name}", f"--k8s-namespace={namespace}"} <= set(words)
+    stop_timeout = float(next(w for w in words if w.startswith("--stop-timeout=")).split("=")[1])
+    assert pod["terminationGracePeriodSeconds"] >= 2 * 5 + stop_timeout + 10
+
+
+def test_stop_on_delete_off_gives_the_pod_no_token(infra_outputs):
+    run = run_jobs("h200", infra_outputs, {"stopOnDelete": False})
+    pod = run.one("kubernetes:batch/v1:Job").inputs["spec"]["template"]["spec"]
+    assert "serviceAccountName" not in pod and "api" not in {v["name"] for v in pod["volumes"]}
+    assert not run.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+    assert [r.name for r in run.of_type("kubernetes:core/v1:ConfigMap")] == ["pipeline-scripts"]
+    script = run.one("kubernetes:core/v1:ConfigMap").inputs["data"]["pipeline.sh"]
+    assert "--k8s-job" not in script
+
+
+def test_the_pipeline_passes_sigterm_on_to_the_submitter(infra_outputs, tmp_path: Path):
+    """Kubernetes signals PID 1, the shell: the running submitter must get the SIGTERM to decide about Ray."""
+    import signal
+    import subprocess
+    import time
+
+    infra = infra_of(infra_outputs["h200"])
+    job = job_with(infra, runName="exp5", preflight=False)
+    script = pipeline_script(job, infra, pipeline_steps(job, infra))
+    log = tmp_path / "calls.log"
+    # The fake submitter blocks on the train step and records the signal it receives.
+    fake_bin = _fake_tools(
+        tmp_path,
+        'case "$*" in *--submission-id=exp5-train*) ;; *) exit 0;; esac\n'
+        f"trap 'echo got-TERM >> {log}; exit 143' TERM\n"
+        f"echo started >> {log}\n"
+        "while true; do sleep 0.1; done\n",
+    )
+    proc = subprocess.Popen(["bash", "-c", script], env={"PATH": f"{fake_bin}:/usr/bin:/bin"}, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not (log.exists() and "started" in log.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 143
+    finally:
+        proc.kill()
+    assert log.read_text().split() == ["started", "got-TERM"]
+
+
+# --- model export -------------------------------------------------------------------------------------------------
+
+
+def test_the_model_is_copied_to_the_export_bucket_after_conversion(infra_outputs):
+    assert infra_outputs["h200"]["exportBucket"] == "my-gcp-project-nemo-rl-h200-models"
+    run = run_jobs("h200", infra_outputs)
+    assert run.outputs["modelUri"] == "gs://my-gcp-project-nemo-rl-h200-models/gemma3-27b-gsm8k/"
+    steps = run.outputs["pipeline"]
+    assert [s["step"] for s in steps][-2:] == ["convert-hf", "export-gcs"]
+    export_words = shlex.split(steps[-1]["entrypoint"])
+    convert_words = shlex.split(steps[-2]["entrypoint"])
+    assert "--output-dir=/data/gemma3-27b-gsm8k/hf" in convert_words
+    assert "--source=/data/gemma3-27b-gsm8k/hf" in export_words  # what the conversion wrote
+    assert "--destination=gs://my-gcp-project-nemo-rl-h200-models/gemma3-27b-gsm8k/" in export_words
+    exporter = load_script("jobs/scripts/export_gcs.py", "export_gcs")
+    assert exporter._GS_RE.match("gs://my-gcp-project-nemo-rl-h200-models/gemma3-27b-gsm8k/")
+
+
+def test_no_export_without_a_bucket_or_a_conversion(infra_outputs):
+    run = run_jobs("dev", infra_outputs)  # the dev infra has no export bucket
+    assert "export-gcs" not in [s["step"] for s in run.outputs["pipeline"]]
+    assert run.outputs["modelUri"] == "/data/smoke-qwen-1p5b/hf"
+    off = run_jobs("h200", infra_outputs, {"convertToHf": False})
+    assert "export-gcs" not in [s["step"] for s in off.outputs["pipeline"]]
+    assert off.outputs["modelUri"] == ""

@@ -10,6 +10,7 @@ import asyncio
 import http.server
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from ray_head import closed_port, wait_for
@@ -107,16 +108,24 @@ def test_failed_job_exits_1(ray_address: str, client: Any) -> None:
     assert str(client.get_job_status(sid)) == "FAILED"
 
 
-def test_stopped_job_exits_3(ray_address: str, client: Any) -> None:
-    sid = _new_id("stop")
-    proc = _start(_cmd(ray_address, sid, "sh", "-c", "echo started-$((3*3)); sleep 60"))
+def _stopped_while_running(client: Any, sid: str, args: list[str]) -> tuple[int, str]:
+    """Run the submitter, `ray job stop` the job once it runs; the submitter's exit code and output."""
+    proc = _start(args)
     try:
         wait_for(lambda: _status(client, sid) == "RUNNING", 60, "the job to run")
         assert client.stop_job(sid) is True
         out, _ = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == rs.EXIT_STOPPED == 3, out
+    return proc.returncode, out
+
+
+def test_stopped_job_exits_3(ray_address: str, client: Any) -> None:
+    sid = _new_id("stop")
+    code, out = _stopped_while_running(
+        client, sid, _cmd(ray_address, sid, "sh", "-c", "echo started-$((3*3)); sleep 60")
+    )
+    assert code == rs.EXIT_STOPPED == 3, out
     assert _last_line(out) == f"ray_submit: job {sid} STOPPED"
     assert out.count("started-9") == 1, out
     assert str(client.get_job_status(sid)) == "STOPPED"
@@ -317,7 +326,7 @@ def test_lost_connection_while_waiting_exits_4(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setattr(rs, "connect", lambda address, outage: fake)
     monkeypatch.setattr(rs, "STATUS_POLL_S", 0.05)
     monkeypatch.setattr(rs, "BACKOFF_MAX_S", 0.1)
-    monkeypatch.setattr(rs, "install_signal_handlers", lambda out, sid: None)  # keep pytest's own handlers
+    monkeypatch.setattr(rs, "install_signal_handlers", lambda *args: None)  # keep pytest's own handlers
     started = time.monotonic()
     code = rs.main(["--address", "http://head:8265", "--submission-id", "j1", "--connect-timeout", "1", "--", "true"])
     out = capsys.readouterr().out
@@ -359,7 +368,7 @@ def test_losing_the_submit_race_attaches_instead_of_failing(monkeypatch: pytest.
     fake = RaceLost()
     monkeypatch.setattr(rs, "connect", lambda address, outage: fake)
     monkeypatch.setattr(rs, "STATUS_POLL_S", 0.05)
-    monkeypatch.setattr(rs, "install_signal_handlers", lambda out, sid: None)  # keep pytest's own handlers
+    monkeypatch.setattr(rs, "install_signal_handlers", lambda *args: None)  # keep pytest's own handlers
     code = rs.main(["--address", "http://head:8265", "--submission-id", "j2", "--", "python", "train.py"])
     out = capsys.readouterr().out
     assert code == rs.EXIT_SUCCEEDED
@@ -408,7 +417,7 @@ def _run_fake(monkeypatch: pytest.MonkeyPatch, fake: _Scripted, sid: str) -> int
     monkeypatch.setattr(rs, "connect", lambda address, outage: fake)
     monkeypatch.setattr(rs, "STATUS_POLL_S", 0.05)
     monkeypatch.setattr(rs, "BACKOFF_FIRST_S", 0.01)
-    monkeypatch.setattr(rs, "install_signal_handlers", lambda out, sid: None)  # keep pytest's own handlers
+    monkeypatch.setattr(rs, "install_signal_handlers", lambda *args: None)  # keep pytest's own handlers
     return rs.main(["--address", "http://head:8265", "--submission-id", sid, "--", "python", "train.py"])
 
 
@@ -476,3 +485,204 @@ def test_waits_for_the_api_to_come_up() -> None:
         wait_for(lambda: bool(servers), 10, "the fake server")
         servers[0].shutdown()
         servers[0].server_close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Automatic retries (--max-retries), against the real head
+
+
+def _statuses(client: Any, sid: str, attempts: int) -> list[str | None]:
+    return [_status(client, rs.attempt_id(sid, k)) for k in range(attempts)]
+
+
+def test_a_driver_that_fails_once_is_retried_as_r1(ray_address: str, client: Any, tmp_path: Path) -> None:
+    sid = _new_id("retry")
+    marker = tmp_path / "runs.txt"
+    # Fails on its first run, succeeds on the second: what a lost node looks like to the train step.
+    script = f"echo run >> {marker}; if [ $(wc -l < {marker}) -lt 2 ]; then echo boom-$((2*3)); exit 5; fi; echo ok"
+    args = _cmd(ray_address, sid, "sh", "-c", script, extra=("--max-retries", "2"))
+    first = _run(args)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert _statuses(client, sid, 3) == ["FAILED", "SUCCEEDED", None]
+    assert f"attempt 1 of 3 ({sid}) FAILED (driver exit code 5)" in first.stdout
+    assert f"retrying as {sid}-r1 (retry 1 of 2)" in first.stdout
+    assert first.stdout.count("boom-6") == 1, first.stdout
+    assert _last_line(first.stdout) == f"ray_submit: job {sid}-r1 SUCCEEDED"
+    assert marker.read_text().splitlines() == ["run", "run"]
+
+    # A rerun (a new pod, same arguments) finds the succeeded attempt and submits nothing.
+    again = _run(args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "submitting job" not in again.stdout
+    assert f"{sid}-r1 is the latest attempt of {sid}" in again.stdout
+    assert _last_line(again.stdout) == f"ray_submit: job {sid}-r1 SUCCEEDED"
+    assert marker.read_text().splitlines() == ["run", "run"]
+    assert len(_jobs_with_id(client, f"{sid}-r2")) == 0
+
+    # Another command under the same ids is refused, whichever attempt it would meet.
+    other = _run(_cmd(ray_address, sid, "sh", "-c", "echo other", extra=("--max-retries", "2")))
+    assert other.returncode == rs.EXIT_USAGE, other.stdout + other.stderr
+    assert "already exists with a different command" in other.stdout
+
+
+def test_retries_are_bounded(ray_address: str, client: Any) -> None:
+    sid = _new_id("bound")
+    args = _cmd(ray_address, sid, "sh", "-c", "exit 9", extra=("--max-retries", "1"))
+    result = _run(args)
+    assert result.returncode == rs.EXIT_FAILED, result.stdout + result.stderr
+    assert _statuses(client, sid, 3) == ["FAILED", "FAILED", None]  # N + 1 attempts, no more
+    assert _last_line(result.stdout) == f"ray_submit: job {sid}-r1 FAILED (driver exit code 9)"
+    assert "all 2 attempts failed" in result.stdout and "--max-retries" in result.stdout
+    # Rerun with the same budget: nothing new is submitted, the same outcome is reported.
+    again = _run(args)
+    assert again.returncode == rs.EXIT_FAILED
+    assert "submitting job" not in again.stdout
+    assert _status(client, f"{sid}-r2") is None
+
+
+def test_a_stopped_attempt_is_never_retried(ray_address: str, client: Any) -> None:
+    sid = _new_id("nostop")
+    args = _cmd(ray_address, sid, "sh", "-c", "sleep 60", extra=("--max-retries", "3"))
+    code, out = _stopped_while_running(client, sid, args)
+    assert code == rs.EXIT_STOPPED, out
+    assert _last_line(out) == f"ray_submit: job {sid} STOPPED"
+    again = _run(args)
+    assert again.returncode == rs.EXIT_STOPPED, again.stdout + again.stderr
+    assert "submitting job" not in again.stdout
+    assert _status(client, f"{sid}-r1") is None
+
+
+def test_a_submitter_killed_between_attempts_continues(ray_address: str, client: Any, tmp_path: Path) -> None:
+    sid = _new_id("between")
+    marker = tmp_path / "runs.txt"
+    script = f"echo run >> {marker}; if [ $(wc -l < {marker}) -lt 2 ]; then exit 4; fi; sleep 4; echo done-$((5+5))"
+    words = ("sh", "-c", script)
+    # Attempt 0 ran and failed, and its submitter pod died before it could submit the retry.
+    client.submit_job(entrypoint=shlex.join(words), submission_id=sid)
+    wait_for(lambda: _status(client, sid) == "FAILED", 60, "attempt 0 to fail")
+    args = _cmd(ray_address, sid, *words, extra=("--max-retries", "1"))
+    first = _start(args)
+    try:  # the new pod submits attempt 1 ... and is itself killed while it runs
+        wait_for(lambda: _status(client, f"{sid}-r1") == "RUNNING", 60, "attempt 1 to run")
+        first.send_signal(signal.SIGTERM)
+        first_out, _ = first.communicate(timeout=20)
+    finally:
+        first.kill()
+    assert first.returncode == rs.EXIT_SIGTERM, first_out
+    assert f"attempt 1 of 2 ({sid}) FAILED in an earlier run (driver exit code 4)" in first_out
+    assert f"WITHOUT stopping Ray job {sid}-r1" in first_out
+    second = _run(args)  # the pod after that attaches to attempt 1
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "attaching to it instead of submitting again" in second.stdout
+    assert second.stdout.count("done-10") == 1
+    assert _last_line(second.stdout) == f"ray_submit: job {sid}-r1 SUCCEEDED"
+    assert marker.read_text().splitlines() == ["run", "run"]
+    assert _statuses(client, sid, 3) == ["FAILED", "SUCCEEDED", None]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Stop when the run is deleted: the real head, and a fake Kubernetes API on loopback
+
+
+class _FakeKubeApi(http.server.BaseHTTPRequestHandler):
+    """Answers GETs for one Job and one ConfigMap from `objects` (path -> object, None = 404)."""
+
+    objects: ClassVar[dict[str, dict[str, Any] | None]] = {}
+    tokens: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        type(self).tokens.append(self.headers.get("Authorization", ""))
+        obj = type(self).objects.get(self.path)
+        status = 404 if obj is None else 200
+        if obj is not None and obj.get("status") == "Forbidden":
+            status = 403
+        body = json.dumps(obj or {"kind": "Status", "code": 404}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+JOB_PATH = "/apis/batch/v1/namespaces/ns1/jobs/run1-pipeline"
+MARKER_PATH = "/api/v1/namespaces/ns1/configmaps/run1-run"
+LIVE = {"metadata": {"name": "x", "uid": "u1"}}
+DELETING = {"metadata": {"name": "x", "uid": "u1", "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+
+
+@pytest.fixture
+def kube_api(tmp_path: Path) -> Any:
+    token_dir = tmp_path / "sa"
+    token_dir.mkdir()
+    (token_dir / "token").write_text("tok-123\n")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeKubeApi)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    _FakeKubeApi.tokens = []
+    try:
+        yield SimpleNamespace(address=f"http://127.0.0.1:{server.server_address[1]}", token_dir=token_dir)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("job", "marker", "deleted", "why"),
+    [
+        (LIVE, LIVE, False, "not being deleted"),  # eviction, drain, node loss
+        (LIVE, None, False, "not being deleted"),  # the Job is untouched: its own word counts
+        (DELETING, LIVE, False, "marker ConfigMap run1-run stays"),  # Job replaced by `pulumi up`
+        (None, LIVE, False, "marker ConfigMap run1-run stays"),
+        (DELETING, DELETING, True, "the run is being destroyed"),  # pulumi destroy (foreground deletion)
+        (None, None, True, "the run is being destroyed"),  # pulumi destroy (background deletion)
+        ({"status": "Forbidden"}, None, False, "could not ask"),  # RBAC broken: never stop on a guess
+    ],
+)
+def test_run_deleted_decision(kube_api: Any, job: Any, marker: Any, deleted: bool, why: str) -> None:
+    _FakeKubeApi.objects = {JOB_PATH: job, MARKER_PATH: marker}
+    k8s = rs.K8sRun("ns1", "run1-pipeline", "run1-run", kube_api.address, str(kube_api.token_dir))
+    decision, reason = k8s.run_deleted()
+    assert (decision, why in reason) == (deleted, True), reason
+    assert _FakeKubeApi.tokens and set(_FakeKubeApi.tokens) == {"Bearer tok-123"}
+
+
+def test_run_deleted_is_false_when_the_api_does_not_answer(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("t")
+    k8s = rs.K8sRun("ns1", "j", "m", f"http://127.0.0.1:{closed_port()}", str(tmp_path))
+    decision, reason = k8s.run_deleted()
+    assert decision is False and "could not ask" in reason
+
+
+def _k8s_flags(kube_api: Any) -> tuple[str, ...]:
+    return (
+        "--k8s-job", "run1-pipeline", "--k8s-run-marker", "run1-run", "--k8s-namespace", "ns1",
+        "--k8s-api", kube_api.address, "--k8s-token-dir", str(kube_api.token_dir), "--stop-timeout", "30",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("destroyed", [True, False])
+def test_sigterm_stops_the_ray_job_only_when_the_run_is_deleted(
+    ray_address: str, client: Any, kube_api: Any, destroyed: bool
+) -> None:
+    sid = _new_id("del" if destroyed else "evict")
+    _FakeKubeApi.objects = {JOB_PATH: None, MARKER_PATH: None} if destroyed else {JOB_PATH: LIVE, MARKER_PATH: LIVE}
+    proc = _start(_cmd(ray_address, sid, "sh", "-c", "sleep 120", extra=_k8s_flags(kube_api)))
+    try:
+        wait_for(lambda: _status(client, sid) == "RUNNING", 60, "the job to run")
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        proc.kill()
+    assert proc.returncode == rs.EXIT_SIGTERM, out
+    assert _FakeKubeApi.tokens, "the submitter never asked the Kubernetes API"
+    if destroyed:
+        assert _status(client, sid) == "STOPPED", out  # stopped before the submitter exited
+        assert f"job {sid} is STOPPED" in out
+        assert took < 30  # well inside the pod's termination grace period
+    else:
+        assert _status(client, sid) == "RUNNING", out
+        assert "WITHOUT stopping" in out
+        client.stop_job(sid)

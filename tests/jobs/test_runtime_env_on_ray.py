@@ -87,9 +87,9 @@ def test_every_step_as_submitted_lets_init_ray_attach(ray_address: str, h200: In
     steps = pipeline_steps(job, h200)
     assert {"prepare-data", "train", "convert-hf"} <= {step.name for step in steps}
     # One submission per distinct way of submitting (steps submitted alike behave alike on Ray; today all are).
-    distinct = {submit_flags(submit_command(step, h200)): step for step in steps}
+    distinct = {submit_flags(submit_command(step, job, h200)): step for step in steps}
     for step in distinct.values():
-        result = submit(as_submitted(submit_command(step, h200), ray_address, driver))
+        result = submit(as_submitted(submit_command(step, job, h200), ray_address, driver))
         output = result.stdout + result.stderr
         assert result.returncode == 0, f"{step.name}:\n{output}"
         assert "init_ray attached; GPUs: 2.0" in result.stdout, f"{step.name}:\n{output}"
@@ -101,7 +101,7 @@ def test_the_old_job_runtime_env_fails_init_ray(ray_address: str, h200: InfraOut
     job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, h200)
     train = next(step for step in pipeline_steps(job, h200) if step.name == "train")
     old = ("--runtime-env-json", json.dumps(OLD_RUNTIME_ENV))
-    result = submit(as_submitted(submit_command(train, h200), ray_address, driver, extra=old))
+    result = submit(as_submitted(submit_command(train, job, h200), ray_address, driver, extra=old))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Failed to merge the Job's runtime env" in result.stdout
     assert "init_ray attached" not in result.stdout
