@@ -117,11 +117,13 @@ def test_plan_of_a_stack_on_v0_7_0() -> None:
     pod = plan.jobs.one("kubernetes:batch/v1:Job").inputs["spec"]["template"]["spec"]
     assert [container["image"] for container in pod["containers"]] == [V070_IMAGE]
     train = next(step for step in plan.jobs.outputs["pipeline"] if step["step"] == "train")
-    assert train["entrypoint"].startswith("cd /opt/nemo-rl && uv run python examples/run_grpo.py --config=")
+    # After the checkpoint guard (issue 12), the release's entrypoint.
+    assert " && cd /opt/nemo-rl && uv run python examples/run_grpo.py --config=" in train["entrypoint"]
+    assert "run_grpo_math.py" not in train["entrypoint"]
     assert "+data.train.data_path=/data/datasets/gsm8k/train.jsonl" in train["entrypoint"]
     assert "+data.validation.data_path=/data/datasets/gsm8k/test.jsonl" in train["entrypoint"]
     # h200 trains with DTensor TP 8: v0.7.0's policy needs the logprob batch equal to the micro batch.
     assert "'policy.logprob_batch_size=${policy.train_micro_batch_size}'" in train["entrypoint"]
     assert not any("run_grpo_math" in step["entrypoint"] for step in plan.jobs.outputs["pipeline"])
-    script = plan.jobs.one("kubernetes:core/v1:ConfigMap").inputs["data"]["pipeline.sh"]
+    script = plan.jobs.one("kubernetes:core/v1:ConfigMap", "pipeline-scripts").inputs["data"]["pipeline.sh"]
     assert "examples/run_grpo.py" in script and "run_grpo_math" not in script
