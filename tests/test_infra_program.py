@@ -232,6 +232,8 @@ API_WAITS = {
     NODE_POOL: {"container"},
     "gcp:serviceaccount/account:Account": {"iam"},
     "gcp:projects/iAMMember:IAMMember": {"cloudresourcemanager"},
+    "gcp:storage/bucket:Bucket": {"storage"},
+    "gcp:storage/bucketIAMMember:BucketIAMMember": {"storage"},
 }
 
 
@@ -239,7 +241,8 @@ def test_a_new_project_gets_its_apis_enabled_first(stack_run):
     _, run = stack_run
     services = {r.inputs["service"].split(".")[0]: r for r in run.of_type("gcp:projects/service:Service")}
     assert set(services) == {
-        "compute", "container", "lustre", "servicenetworking", "iam", "cloudresourcemanager", "logging", "monitoring"
+        "compute", "container", "lustre", "servicenetworking", "iam", "cloudresourcemanager", "logging", "monitoring",
+        "storage",
     }  # fmt: skip
     for service in services.values():
         assert service.inputs["disableOnDestroy"] is False  # never switch an API off under the rest of the project
