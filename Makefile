@@ -54,8 +54,9 @@ typecheck: $(BIN)/.installed
 	cd jobs && ../$(BIN)/mypy --config-file ../pyproject.toml __main__.py
 
 # The NeMo RL loader tests run tools/nemorl_config.py with $(NEMORL_VENV)'s Python.
+# Two workers, one test file at a time each (module fixtures stay whole); each worker starts its own Ray heads.
 unit: $(BIN)/.installed $(NEMORL_VENV)/.installed $(RAY_V070_VENV)/.installed
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 # Renders every stack's plan into build/<stack>/ and fails on any checkov finding not in checkov-skips.yaml.
 checkov: $(BIN)/.installed $(CHECKOV_VENV)/.installed
