@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from pathlib import Path
 
 import pytest
@@ -255,6 +256,20 @@ def test_a_new_project_gets_its_apis_enabled_first(stack_run):
             for api in apis:
                 assert run.depends_on(resource, services[api]), f"{resource.name} does not wait for {api}"
     # Waiting for APIs joins nothing: Lustre still builds beside the cluster (test_lustre_builds_beside_the_cluster).
+
+
+def test_readme_configuration_table_has_a_row_for_every_key_the_program_reads():
+    """A key added to settings (and Pulumi.yaml) but not to README's infra table is undocumented; a row for a key
+    the program no longer reads would be refused by check_keys."""
+    from infra.settings import _OBJECT_KEYS, _PLAIN_KEYS, _SECRET_KEYS
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Infra stack (root project") : readme.index("### Job stack (")]
+    rows = set(re.findall(r"^\| `([^`]+)`", section, re.MULTILINE))
+    read = {*_PLAIN_KEYS, *_OBJECT_KEYS, *_SECRET_KEYS}
+    documented = {row.split(".")[0] for row in rows if not row.startswith("gcp:")}
+    assert read - documented == set(), "keys without a README row"
+    assert documented - read == set(), "README rows for keys the program does not read"
 
 
 def test_readme_lists_every_api_and_the_deployers_roles():
