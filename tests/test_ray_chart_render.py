@@ -17,6 +17,7 @@ from upstream import reference
 
 from infra.settings import build_settings
 from workloads.ray_values import WORKER_GROUP, build_ray_values
+from workloads.stack import RELEASE_NAME
 
 KUBERAY = "kuberay-v1.5.1"
 CHART_PATH = Path("helm-chart", "ray-cluster")
@@ -52,7 +53,7 @@ def crd_schema() -> dict[str, Any]:
 
 
 def render_raycluster(chart: Any, values: dict[str, Any]) -> dict[str, Any]:
-    rendered = chart.render(copy.deepcopy(values), name="nemo-rl", namespace="default")
+    rendered = chart.render(copy.deepcopy(values), name=RELEASE_NAME, namespace="default")
     objects = [doc for text in rendered.values() for doc in yaml.safe_load_all(text) if doc]
     clusters = [obj for obj in objects if obj.get("kind") == "RayCluster"]
     assert len(clusters) == 1, [obj.get("kind") for obj in objects]
@@ -107,6 +108,25 @@ def test_rendered_raycluster_matches_the_crd_and_the_mode(chart: Any, crd_schema
         assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (replicas, replicas, replicas)
     # KubeRay adds the autoscaler container itself; the chart's head pod has only ours.
     assert [c["name"] for c in head_containers] == ["ray-head", "fluent-bit"]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_offline_chart_model_renders_what_the_chart_renders(chart: Any, case: str):
+    """test_ray_values builds pods from our values with its own model of the chart's templates (render_pod), so it
+    runs without ../shared/reference; here that model is held to the real chart: the same pod spec and labels, and
+    the template's annotations plus the one KubeRay copies from the RayCluster."""
+    from test_ray_values import render_pod
+
+    values = build_ray_values(build_settings(CASES[case]), refs())
+    cluster = render_raycluster(chart, values)
+    spec = cluster["spec"]
+    (group,) = [g for g in spec["workerGroupSpecs"] if g["groupName"] == WORKER_GROUP]
+    copied = {k: v for k, v in cluster["metadata"].get("annotations", {}).items() if k.startswith("ray.io/")}
+    for template, group_name in ((spec["headGroupSpec"]["template"], None), (group["template"], WORKER_GROUP)):
+        modelled = render_pod(values, group_name)
+        assert modelled["spec"] == template["spec"]
+        assert modelled["metadata"]["labels"] == template["metadata"]["labels"]
+        assert modelled["metadata"].get("annotations", {}) == {**template["metadata"].get("annotations", {}), **copied}
 
 
 def test_defaults_per_mode():
