@@ -2,7 +2,7 @@
 
 An item without a price is left out of the totals and named in `notes` ("no price for ..."), and `complete` is
 false; an unknown region, machine type or tier never raises. Not counted at all: the GKE cluster fee, boot disks,
-network egress and Cloud Logging.
+network egress, Cloud Logging, and the export bucket's storage (exportBucket; like Lustre, it outlives a destroy).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ class GpuNodePoolArgs:
     reservation: str | None
     cluster: GkeCluster
     networks: Networks
-    max_run_hours: int | None = None  # flex-start only: GKE deletes a node this long after it starts
+    max_run_hours: int | None  # flex-start only: GKE deletes a node this long after it starts
 
 
 def provisioning_config(provisioning: str, reservation: str | None) -> dict[str, object]:

@@ -14,7 +14,7 @@ def grant_project_roles(
     member: pulumi.Input[str],
     roles: Iterable[str],
     parent: pulumi.Resource,
-    apis: Sequence[pulumi.Resource] = (),
+    apis: Sequence[pulumi.Resource],
 ) -> list[gcp.projects.IAMMember]:
     """One IAMMember per role (additive: other bindings on the project stay as they are), after `apis` (the
     Resource Manager API's Service) exist."""

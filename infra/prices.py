@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infra.presets import GPU_PRESETS
+
 PRICES_READ_ON = "2026-12-01"
 
 # How GPU capacity is paid for, per infra gpuProvisioning mode. A reservation is billed at the on-demand rate for
@@ -80,7 +82,8 @@ class Price:
 
 
 _NOT_FOUND = Price(None, "not-found")
-_H200_GPUS = 8
+# The per-GPU share of a3-ultragpu-8g (gpu-list-prices) times the machine's GPUs.
+_H200_GPUS = GPU_PRESETS["nvidia-h200-141gb"].gpus_per_node
 
 # Machine type -> region -> price mode -> US dollars per hour for one VM.
 MACHINE_HOURLY: dict[str, dict[str, dict[str, Price]]] = {

@@ -111,9 +111,9 @@ class InfraSettings:
     maintenance_exclusion: str | None
     max_run_hours: int | None
     # KubeRay's in-tree autoscaler: GPU workers from 0 up to rayWorkerReplicas and back to 0 after the idle timeout.
-    gpu_autoscaling: bool = False
-    idle_timeout_seconds: int = 600
-    export_bucket: str = ""  # "" (no export), "create", or an existing bucket's name
+    gpu_autoscaling: bool
+    idle_timeout_seconds: int
+    export_bucket: str  # "" (no export), "create", or an existing bucket's name
 
     @property
     def export_bucket_name(self) -> str:
@@ -274,7 +274,9 @@ LOG_SIDECAR = PodResources(cpu="200m", memory="256Mi")
 # The autoscaler container KubeRay adds to the head pod when in-tree autoscaling is on (KubeRay's own default size,
 # set explicitly so the sizing check and the pod agree).
 AUTOSCALER = PodResources(cpu="500m", memory="512Mi")
-# Idle GPU workers are released after this long; GPU nodes take minutes to come back, so not KubeRay's 60 s.
+# Idle GPU workers are released after this long by default; GPU nodes take minutes to come back, so not KubeRay's
+# 60 s (which stays the shortest allowed).
+DEFAULT_IDLE_TIMEOUT_SECONDS = 600
 IDLE_TIMEOUT_RANGE = (60, 86_400)
 
 
@@ -457,7 +459,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         if autoscaling_raw not in (None, "")
         else provisioning != "reservation"
     )
-    idle_timeout = _as_int("rayIdleTimeoutSeconds", values.get("rayIdleTimeoutSeconds", 600))
+    idle_timeout = _as_int("rayIdleTimeoutSeconds", values.get("rayIdleTimeoutSeconds", DEFAULT_IDLE_TIMEOUT_SECONDS))
     shortest, longest = IDLE_TIMEOUT_RANGE
     if not shortest <= idle_timeout <= longest:
         raise ConfigError("rayIdleTimeoutSeconds", idle_timeout, f"{shortest}..{longest} seconds")

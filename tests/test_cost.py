@@ -4,16 +4,16 @@ price table's own consistency, and that it covers what the shipped stacks use.""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from conftest import ROOT
+from conftest import INFRA_STACKS, ROOT
 
 from infra import cost, prices
 from infra.cost import CostInputs, estimate, summary_lines
 from infra.prices import FLEX_START, ON_DEMAND, SPOT, Price
+from infra.settings import build_settings
+from infra.stack import cost_inputs
+from tools.offline import load_stack_config
 
 REGION = "test-region1"
 GPU, CPU = 80.0, 5.0  # dollars per hour in the test table
@@ -109,24 +109,25 @@ def test_every_price_names_a_source_and_the_table_a_date():
         Price(1.0, "a blog")
 
 
-def _stack_configs() -> list[dict[str, Any]]:
-    files = sorted(Path(ROOT).glob("Pulumi.*.yaml"))
-    assert files
-    return [yaml.safe_load(f.read_text())["config"] for f in files]
+def _shipped_stack_inputs() -> list[CostInputs]:
+    """What the estimate reads for each shipped example stack (a user's own stack may be anywhere), through the
+    program's own path: stack file plus Pulumi.yaml defaults, validated settings, cost inputs."""
+    inputs = []
+    for stack in INFRA_STACKS:
+        project, config = load_stack_config(ROOT, stack)
+        values = {key.removeprefix(f"{project}:"): value for key, value in config.items()}
+        inputs.append(cost_inputs(build_settings(values)))
+    assert inputs
+    return inputs
 
 
 def test_the_table_covers_what_the_shipped_stacks_use():
     """Every shipped stack's machines, region, mode and tier have a row (a figure, or a stated "not found")."""
-    from infra.presets import GPU_PRESETS
-
-    for config in _stack_configs():
-        region = str(config["gcp:region"])
-        machine = GPU_PRESETS[str(config["nemo-rl-gke:gpuType"])].machine_type
-        mode = prices.PRICE_MODE_OF_PROVISIONING[str(config.get("nemo-rl-gke:gpuProvisioning", "reservation"))]
+    for used in _shipped_stack_inputs():
+        machine, region = used.gpu_machine_type, used.region
+        mode = prices.PRICE_MODE_OF_PROVISIONING[used.gpu_provisioning]
         assert mode in prices.MACHINE_HOURLY[machine][region]
         # The on-demand rate (what a reservation bills) was found for every shipped stack's GPU machine and region.
         assert prices.MACHINE_HOURLY[machine][region][ON_DEMAND].usd is not None, (machine, region)
-        cpu = str(config.get("nemo-rl-gke:cpuMachineType", "n2-highmem-80"))
-        assert prices.MACHINE_HOURLY[cpu][region][ON_DEMAND].usd is not None
-        tier = int((config.get("nemo-rl-gke:lustre") or {}).get("perUnitStorageThroughput", 500))
-        assert tier in prices.LUSTRE_GIB_MONTH
+        assert prices.MACHINE_HOURLY[used.cpu_machine_type][region][ON_DEMAND].usd is not None
+        assert used.lustre_tier in prices.LUSTRE_GIB_MONTH

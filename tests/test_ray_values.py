@@ -20,6 +20,7 @@ from infra.sizing import memory_bytes
 from workloads import ray_chart, ray_values
 from workloads.ray_chart import CHART_VALUE_KEYS, CHART_VERSION, unknown_value_keys
 from workloads.ray_values import RayClusterRefs, build_ray_values, fluent_bit_config
+from workloads.stack import RELEASE_NAME
 
 BASE = {"gcp:project": "p", "gcp:region": "us-central1", "zone": "us-central1-b", "reservation": "r"}
 H200 = {**BASE, "gpuType": "nvidia-h200-141gb"}
@@ -67,7 +68,7 @@ def worker_group(values: dict[str, Any]) -> dict[str, Any]:
 
 CHART_LABELS = {
     "helm.sh/chart": f"ray-cluster-{CHART_VERSION}",
-    "app.kubernetes.io/instance": "ray",
+    "app.kubernetes.io/instance": RELEASE_NAME,
     "app.kubernetes.io/managed-by": "Helm",
 }
 # Labels KubeRay puts on every Ray pod itself.
@@ -85,7 +86,8 @@ KUBERAY_LABELS = {
 def render_pod(values: dict[str, Any], group_name: str | None) -> dict[str, Any]:
     """A v1 Pod built from the values the way the chart's templates fill the pod template (a key is
     rendered only when set and non-empty, like Helm's `with`), plus the annotation KubeRay copies
-    from the RayCluster. group_name None is the head."""
+    from the RayCluster. group_name None is the head. It runs without the chart's sources; where they are at hand,
+    tests/test_ray_chart_render.py holds it to what the real chart renders."""
     group = values["head"] if group_name is None else values["additionalWorkerGroups"][group_name]
     image = group.get("image") or values["image"]
     ray: dict[str, Any] = {

@@ -385,3 +385,14 @@ def test_export_bucket_choices():
 @pytest.mark.parametrize("bucket", ["Models", "a", "my.models.example", "goog-models", "-x-", "gs://b"])
 def test_bad_export_bucket(bucket: str):
     expect_error("exportBucket", bucket, "an existing bucket's name", exportBucket=bucket)
+
+
+def test_declared_defaults_are_the_programs_own():
+    """The CLI applies Pulumi.yaml's defaults; build_settings has its own for a key that is absent. They must agree,
+    or the same stack deploys differently under the CLI and wherever the defaults are not applied."""
+    declared = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]
+    defaults = {key: d["default"] for key, d in declared.items() if "default" in d and key not in BASE}
+    assert {"rayIdleTimeoutSeconds", "maintenanceWindowStart", "maxRunHours", "exportBucket"} <= set(defaults)
+    plain = settings_with()
+    for key, default in defaults.items():
+        assert settings_with(**{key: default}) == plain, f"{key}: Pulumi.yaml's default {default!r} differs"

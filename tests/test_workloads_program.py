@@ -310,12 +310,12 @@ def test_ray_pods_get_object_access_on_the_export_bucket_only(run_infra: RunInfr
         "member": "serviceAccount:nemo-rl-h200-ray@my-gcp-project.iam.gserviceaccount.com",
     }
     assert created.outputs["exportBucket"] == bucket["name"]
-    for run in (created, run_infra("dev")):  # never a project-wide storage role
+    none = run_infra("dev")  # exportBucket not set
+    for run in (created, none):  # never a project-wide storage role
         project_roles = {r.inputs["role"] for r in run.of_type("gcp:projects/iAMMember:IAMMember")}
         assert not any(role.startswith("roles/storage.") for role in project_roles)
     given = run_infra("dev", {"exportBucket": "team-models"})
     assert not given.of_type("gcp:storage/bucket:Bucket")  # a user-given bucket is used, not created
     assert given.one("gcp:storage/bucketIAMMember:BucketIAMMember").inputs["bucket"] == "team-models"
     assert given.outputs["exportBucket"] == "team-models"
-    none = run_infra("dev")
     assert not none.of_type("gcp:storage/bucketIAMMember:BucketIAMMember") and none.outputs["exportBucket"] == ""

@@ -23,10 +23,10 @@ class RayIdentityArgs:
     namespace: pulumi.Input[str]
     kubernetes_service_account: str
     cluster: gcp.container.Cluster
-    iam_api: Sequence[pulumi.Resource] = ()  # the Service resources of the IAM ...
-    resource_manager_api: Sequence[pulumi.Resource] = ()  # ... and Resource Manager APIs
-    export_bucket: pulumi.Input[str] | None = None  # the bucket models are copied to, if any
-    storage_api: Sequence[pulumi.Resource] = ()  # the Service resource of the Cloud Storage API
+    iam_api: Sequence[pulumi.Resource]  # the Service resources of the IAM ...
+    resource_manager_api: Sequence[pulumi.Resource]  # ... and Resource Manager APIs
+    export_bucket: pulumi.Input[str] | None  # the bucket models are copied to, if any
+    storage_api: Sequence[pulumi.Resource]  # the Service resource of the Cloud Storage API
 
 
 def workload_identity_member(project: str, namespace: str, ksa: str) -> str:
