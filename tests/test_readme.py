@@ -1,0 +1,115 @@
+"""README.md against the code it documents: every config key the programs read is in a configuration table with its
+declared default, every stack output is in an outputs table, and every in-page link has a target. Five people edit
+the README at once; these are the parts that go stale without anyone noticing."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from infra import settings as infra_settings
+from jobs.launcher import settings as job_settings
+from tools.plan import EXAMPLE_STACKS
+
+README = (ROOT / "README.md").read_text()
+
+
+def section(start: str, end: str) -> str:
+    return README[README.index(start) : README.index(end, README.index(start))]
+
+
+def table_rows(text: str) -> dict[str, str]:
+    """First cell's backticked names -> the whole row, for every Markdown table row in `text`."""
+    rows: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("| `"):
+            first_cell = line.split("|")[1]
+            for name in re.findall(r"`([^`]+)`", first_cell):
+                rows[name] = line
+    return rows
+
+
+def declared_config(pulumi_yaml: str) -> dict[str, dict]:
+    return yaml.safe_load((ROOT / pulumi_yaml).read_text())["config"]
+
+
+def default_cell(row: str) -> str:
+    return row.split("|")[2].strip()
+
+
+def check_key_documented(key: str, declared: dict | None, rows: dict[str, str]) -> None:
+    assert key in rows, f"config key {key!r} is read by the program but has no row in README's configuration table"
+    if declared is None:
+        return
+    cell = default_cell(rows[key])
+    if "default" not in declared:
+        assert "required" in cell, f"{key}: declared without a default (so required), README says {cell!r}"
+        return
+    default = declared["default"]
+    if default == "":
+        # An empty default means "derived" or "none"; the row must say so.
+        assert cell == '`""`' or "empty" in rows[key].lower(), f"{key}: default is empty, README says {cell!r}"
+        return
+    shown = json.dumps(default) if isinstance(default, bool | list) else str(default)
+    assert cell == f"`{shown}`", f"{key}: Pulumi.yaml's default is {shown!r}, README's table says {cell!r}"
+
+
+INFRA_KEYS = (*infra_settings._PLAIN_KEYS, *infra_settings._OBJECT_KEYS, *infra_settings._SECRET_KEYS)
+JOB_KEYS = (*job_settings._PLAIN_KEYS, *job_settings._OBJECT_KEYS)
+
+
+@pytest.mark.parametrize("key", INFRA_KEYS)
+def test_every_infra_config_key_is_in_the_readme_with_its_default(key: str):
+    rows = table_rows(section("### Infra stack (root project", "### Job stack"))
+    declared = declared_config("Pulumi.yaml")
+    check_key_documented(key, declared.get(key), rows)
+
+
+@pytest.mark.parametrize("key", JOB_KEYS)
+def test_every_job_config_key_is_in_the_readme_with_its_default(key: str):
+    rows = table_rows(section("### Job stack (", "### NeMo RL versions"))
+    declared = declared_config("jobs/Pulumi.yaml")
+    check_key_documented(key, declared.get(key), rows)
+
+
+def test_every_declared_key_is_one_the_program_reads():
+    """The other direction: a key declared in a Pulumi.yaml (so documented above) that no settings module reads."""
+    assert set(declared_config("Pulumi.yaml")) <= set(INFRA_KEYS)
+    assert set(declared_config("jobs/Pulumi.yaml")) <= set(JOB_KEYS)
+
+
+def golden_outputs(project: str) -> set[str]:
+    names: set[str] = set()
+    for stack in EXAMPLE_STACKS:
+        names |= set(json.loads((ROOT / "tests" / "golden" / stack / "outputs.json").read_text())[project])
+    return names
+
+
+def test_every_stack_output_is_in_the_readme():
+    """The golden plans hold what each program exports (infra/stack.py, workloads/stack.py, jobs/__main__.py)."""
+    outputs = section("### Stack outputs", "## Design notes")
+    infra_rows = table_rows(outputs[: outputs.index("Job stack (`jobs/__main__.py`)")])
+    job_rows = table_rows(outputs[outputs.index("Job stack (`jobs/__main__.py`)") :])
+    assert golden_outputs("infra") - set(infra_rows) == set()
+    assert golden_outputs("jobs") - set(job_rows) == set()
+    # And no row for an output that no longer exists.
+    assert set(infra_rows) - golden_outputs("infra") == set()
+    assert set(job_rows) - golden_outputs("jobs") == set()
+
+
+def heading_anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lowercase, punctuation but `-` and `_` dropped, spaces to `-`."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_in_page_link_has_a_target():
+    outside_code = re.sub(r"```.*?```", "", README, flags=re.S)
+    targets = {heading_anchor(h) for h in re.findall(r"^#+ (.+)$", outside_code, flags=re.M)}
+    targets |= set(re.findall(r'<a id="([^"]+)"></a>', README))
+    links = set(re.findall(r"\]\(#([^)]+)\)", README))
+    assert links, "the README links to its own sections"
+    assert links - targets == set()
