@@ -113,3 +113,19 @@ def test_every_in_page_link_has_a_target():
     links = set(re.findall(r"\]\(#([^)]+)\)", README))
     assert links, "the README links to its own sections"
     assert links - targets == set()
+
+
+def test_every_component_is_in_the_design_notes_table_with_its_file():
+    """Each `pulumi.ComponentResource` subclass in the three program trees has its row: class and file."""
+    rows = {
+        line.split("|")[1].strip(" `"): line.split("|")[2].strip(" `")
+        for line in section("**One component per concern.**", "The NIC names").splitlines()
+        if line.startswith("| `")
+    }
+    found = {}
+    for tree in ("infra", "workloads", "jobs"):
+        for path in sorted((ROOT / tree).rglob("*.py")):
+            for name in re.findall(r"^class (\w+)\(pulumi\.ComponentResource\)", path.read_text(), flags=re.M):
+                found[name] = path.relative_to(ROOT).as_posix()
+    assert len(found) >= 10, found  # the scan itself works
+    assert found == rows
