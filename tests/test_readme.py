@@ -99,6 +99,15 @@ def test_every_stack_output_is_in_the_readme():
     # And no row for an output that no longer exists.
     assert set(infra_rows) - golden_outputs("infra") == set()
     assert set(job_rows) - golden_outputs("jobs") == set()
+    # The object outputs' rows name every field.
+    for project, name, rows in (
+        ("infra", "estimatedCost", infra_rows),
+        ("infra", "nemoRlRelease", infra_rows),
+        ("jobs", "estimatedRun", job_rows),
+    ):
+        value = json.loads((ROOT / "tests" / "golden" / "h200" / "outputs.json").read_text())[project][name]
+        missing = [field for field in value if not re.search(rf"\b{field}\b", rows[name])]
+        assert not missing, f"README's row for {name} does not name {missing}"
 
 
 def heading_anchor(heading: str) -> str:
