@@ -427,7 +427,7 @@ def test_cost_outputs_and_cost_file(rendered: Rendered):
     run = outputs["jobs"]["estimatedRun"]
     assert run["gpuHours"] > 0 and ("usd" in run)
     text = rendered.files["cost.txt"]
-    assert text == plan.cost_text(rendered.plan)
+    assert rendered.on_disk()["cost.txt"] == text == plan.cost_text(rendered.plan)  # written, not only rendered
     assert "per hour while the GPUs run:" in text and "GPU-hours" in text
     for note in cost["notes"]:
         assert f"note: {note}" in text
