@@ -138,3 +138,27 @@ def test_every_component_is_in_the_design_notes_table_with_its_file():
                 found[name] = path.relative_to(ROOT).as_posix()
     assert len(found) >= 10, found  # the scan itself works
     assert found == rows
+
+
+def test_object_keys_defaults_in_the_readme_are_the_settings_defaults():
+    """`lustre`, `networkRanges`, `rayHead`, `rayWorker` have no Pulumi.yaml default: infra/settings.py holds them."""
+    settings = infra_settings.build_settings(
+        {"gcp:project": "p", "gcp:region": "europe-west1", "zone": "europe-west1-b", "gpuType": "nvidia-h200-141gb"}
+        | {"gpuProvisioning": "spot"}  # nothing set for the objects: their defaults apply
+    )
+    rows = table_rows(section("### Infra stack (root project", "### Job stack"))
+    ranges = settings.ranges
+    expected = {
+        "lustre.capacityGib": f"`{settings.lustre.capacity_gib}`",
+        "lustre.perUnitStorageThroughput": f"`{settings.lustre.throughput_mbps_per_tib}`",
+        "lustre.filesystem": f"`{settings.lustre.filesystem}`",
+        "networkRanges.clusterSubnet": f"`{ranges.cluster_subnet}`",
+        "networkRanges.pods": f"`{ranges.pods}`",
+        "networkRanges.services": f"`{ranges.services}`",
+        "networkRanges.gvnicSubnet": f"`{ranges.gvnic_subnet}`",
+        "networkRanges.rdmaSubnets": f"`{ranges.rdma_subnets[0]}` … `{ranges.rdma_subnets[-1]}`",
+        "networkRanges.lustrePeering": f"`{ranges.lustre_peering}`",
+        "rayHead": f'`{{cpu: "{settings.ray_head.cpu}", memory: {settings.ray_head.memory}}}`',
+        "rayWorker": f'`{{cpu: "{settings.ray_worker.cpu}", memory: {settings.ray_worker.memory}}}`',
+    }
+    assert {key: default_cell(rows[key]) for key in expected} == expected
