@@ -57,6 +57,10 @@ def test_every_stack_has_a_golden_plan_and_every_golden_plan_a_stack():
     assert {"dev", "h200", "b200"} <= set(STACKS)
     golden = sorted(p.name for p in GOLDEN.iterdir() if p.is_dir())
     assert golden == STACKS, "run `make golden` and review the diff (git diff tests/golden)"
+    assert set(STACKS) <= set(plan.stacks_available())  # each example has its infra and its job stack file
+    # The Makefile's list (checkov, make golden) is the same one.
+    [makefile_stacks] = re.findall(r"^STACKS := (.+)$", (ROOT / "Makefile").read_text(), flags=re.M)
+    assert sorted(makefile_stacks.split()) == STACKS
 
 
 def test_writes_every_part_of_the_plan(rendered: Rendered):
