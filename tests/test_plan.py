@@ -417,6 +417,15 @@ def test_path_overrides_nest_as_the_cli_stores_them():
     }
 
 
+def test_an_empty_path_override_removes_only_that_field():
+    """`-c lustre.capacityGib=` is `pulumi config rm --path lustre.capacityGib`: the default applies again."""
+    config: dict[str, Any] = {"nemo-rl-gke:lustre": {"filesystem": "fs", "capacityGib": 9000}}
+    plan._apply_overrides("nemo-rl-gke", config, ["lustre.capacityGib="])
+    assert config == {"nemo-rl-gke:lustre": {"filesystem": "fs"}}
+    with pytest.raises(plan.PlanError, match="a list element cannot be removed"):
+        plan._apply_overrides("nemo-rl-gke", config, ["networkRanges.rdmaSubnets[1]="])
+
+
 # --- Cost: exported by both stacks, printed by the summary, quoted by the README -----------------------------------
 
 
