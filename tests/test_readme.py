@@ -162,3 +162,12 @@ def test_object_keys_defaults_in_the_readme_are_the_settings_defaults():
         "rayWorker": f'`{{cpu: "{settings.ray_worker.cpu}", memory: {settings.ray_worker.memory}}}`',
     }
     assert {key: default_cell(rows[key]) for key in expected} == expected
+
+
+def test_every_repository_file_the_readme_names_exists():
+    """Paths into the repository's own folders (`infra/services.py`, `tests/jobs/test_ray_2_55_1.py`, ...)."""
+    named = set(re.findall(r"`((?:infra|workloads|jobs|tools|tests|docs|\.ci)/[\w./-]+)`", README))
+    named |= set(re.findall(r"`((?:requirements|Pulumi|constraints)[\w.-]*\.(?:txt|yaml))`", README))
+    assert len(named) > 20, named  # the patterns still match what the README writes
+    missing = sorted(name for name in named if "mine" not in name and not (ROOT / name).exists())
+    assert missing == []
