@@ -24,6 +24,21 @@ import pytest
 
 RAY_BIN = Path(sys.executable).parent / "ray"
 HEAD_GPUS = 2
+# Ray's workers and drivers bind ports from 10002-19999 unless told otherwise; `make unit` runs two pytest workers,
+# each with its own heads, and two raylets handing out the same port at once make a driver fail to bind.
+WORKER_PORTS = (10002, 19999)
+
+
+def worker_port_range(worker_id: str | None) -> tuple[int, int]:
+    """This pytest-xdist worker's share of WORKER_PORTS (PYTEST_XDIST_WORKER `gwN`, PYTEST_XDIST_WORKER_COUNT): the
+    ranges of two workers never overlap. Without xdist, the whole range."""
+    low, high = WORKER_PORTS
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker_id or count < 2:
+        return low, high
+    index = int(worker_id.removeprefix("gw")) % count
+    size = (high - low + 1) // count
+    return low + index * size, low + (index + 1) * size - 1
 
 
 def _api_answers(address: str) -> bool:
@@ -191,6 +206,7 @@ def ray_head(ray_bin: Path) -> Iterator[str]:
         object_manager,
         runtime_env_agent,
     ) = free_ports(9)
+    min_worker_port, max_worker_port = worker_port_range(os.environ.get("PYTEST_XDIST_WORKER"))
     cmd = [
         str(ray_bin),
         "start",
@@ -206,6 +222,8 @@ def ray_head(ray_bin: Path) -> Iterator[str]:
         f"--node-manager-port={node_manager}",
         f"--object-manager-port={object_manager}",
         f"--runtime-env-agent-port={runtime_env_agent}",
+        f"--min-worker-port={min_worker_port}",
+        f"--max-worker-port={max_worker_port}",
         "--num-cpus=2",
         f"--num-gpus={HEAD_GPUS}",
         "--include-dashboard=true",

@@ -57,6 +57,10 @@ def test_every_stack_has_a_golden_plan_and_every_golden_plan_a_stack():
     assert {"dev", "h200", "b200"} <= set(STACKS)
     golden = sorted(p.name for p in GOLDEN.iterdir() if p.is_dir())
     assert golden == STACKS, "run `make golden` and review the diff (git diff tests/golden)"
+    assert set(STACKS) <= set(plan.stacks_available())  # each example has its infra and its job stack file
+    # The Makefile's list (checkov, make golden) is the same one.
+    [makefile_stacks] = re.findall(r"^STACKS := (.+)$", (ROOT / "Makefile").read_text(), flags=re.M)
+    assert sorted(makefile_stacks.split()) == STACKS
 
 
 def test_writes_every_part_of_the_plan(rendered: Rendered):
@@ -413,6 +417,15 @@ def test_path_overrides_nest_as_the_cli_stores_them():
     }
 
 
+def test_an_empty_path_override_removes_only_that_field():
+    """`-c lustre.capacityGib=` is `pulumi config rm --path lustre.capacityGib`: the default applies again."""
+    config: dict[str, Any] = {"nemo-rl-gke:lustre": {"filesystem": "fs", "capacityGib": 9000}}
+    plan._apply_overrides("nemo-rl-gke", config, ["lustre.capacityGib="])
+    assert config == {"nemo-rl-gke:lustre": {"filesystem": "fs"}}
+    with pytest.raises(plan.PlanError, match="a list element cannot be removed"):
+        plan._apply_overrides("nemo-rl-gke", config, ["networkRanges.rdmaSubnets[1]="])
+
+
 # --- Cost: exported by both stacks, printed by the summary, quoted by the README -----------------------------------
 
 
@@ -427,7 +440,7 @@ def test_cost_outputs_and_cost_file(rendered: Rendered):
     run = outputs["jobs"]["estimatedRun"]
     assert run["gpuHours"] > 0 and ("usd" in run)
     text = rendered.files["cost.txt"]
-    assert text == plan.cost_text(rendered.plan)
+    assert rendered.on_disk()["cost.txt"] == text == plan.cost_text(rendered.plan)  # written, not only rendered
     assert "per hour while the GPUs run:" in text and "GPU-hours" in text
     for note in cost["notes"]:
         assert f"note: {note}" in text

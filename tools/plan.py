@@ -152,12 +152,27 @@ def _apply_overrides(project: str, config: dict[str, Any], overrides: Sequence[s
         if not sep or not key:
             raise PlanError(f"bad override {item!r}: expected key=value")
         full = key if ":" in key else f"{project}:{key}"
-        if raw == "":
+        nested = "." in key.rpartition(":")[2]  # as `pulumi config set --path` stores it
+        if raw == "" and nested:
+            _remove_config_path(project, config, key)
+        elif raw == "":
             config.pop(full, None)
-        elif "." in key.rpartition(":")[2]:  # a nested key, as `pulumi config set --path` stores it
+        elif nested:
             set_config_path(project, config, key, yaml.safe_load(raw))
         else:
             config[full] = yaml.safe_load(raw)
+
+
+def _remove_config_path(project: str, config: dict[str, Any], key: str) -> None:
+    """`-c lustre.capacityGib=` is `pulumi config rm --path lustre.capacityGib`: that field goes, its object stays."""
+    if "[" in key:
+        raise PlanError(f"bad override {key + '='!r}: a list element cannot be removed; set the whole list")
+    top, *fields = key.split(".")
+    node = config.get(top if ":" in top else f"{project}:{top}")
+    for field in fields[:-1]:
+        node = node.get(field) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(fields[-1], None)
 
 
 def _placeholders_for_encrypted(project: str, config: dict[str, Any], stack_file: str) -> dict[str, str]:

@@ -1,0 +1,23 @@
+"""The test Ray heads of two pytest-xdist workers (`make unit` runs two) hand out worker ports from ranges that
+never overlap, so two raylets cannot give the same port to two drivers at once."""
+
+from __future__ import annotations
+
+import pytest
+from ray_head import WORKER_PORTS, worker_port_range
+
+
+@pytest.mark.parametrize("count", [2, 3, 4])
+def test_xdist_workers_get_disjoint_worker_port_ranges(monkeypatch: pytest.MonkeyPatch, count: int):
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", str(count))
+    ranges = [worker_port_range(f"gw{index}") for index in range(count)]
+    for low, high in ranges:
+        assert WORKER_PORTS[0] <= low < high <= WORKER_PORTS[1]
+        assert high - low >= 1000  # room for every worker and driver a test file starts
+    ports = [port for low, high in ranges for port in range(low, high + 1)]
+    assert len(ports) == len(set(ports))
+
+
+def test_without_xdist_a_head_has_the_whole_range(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    assert worker_port_range(None) == WORKER_PORTS
