@@ -198,3 +198,32 @@ def test_request_reaches_a_real_head_and_is_withdrawn(ray_address: str, ray_clie
                        "--request-address", ray_client_address)  # fmt: skip
     assert ready.returncode == wfw.EXIT_READY, ready.stdout + ready.stderr
     assert "asked the Ray autoscaler" not in ready.stdout
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_withdraws_the_request_on_a_real_head(ray_address: str, ray_client_address: str, ray_gcs_address: str):
+    """The pipeline's shell passes SIGTERM on to the wait (pod deleted or evicted): the standing request must not
+    outlive it, or the autoscaler keeps GPU nodes up for nobody."""
+    args = ["--address", ray_address, "--nodes", "2", "--gpus-per-node", "8", "--request-address", ray_client_address]
+    waiting = subprocess.Popen(
+        [sys.executable, str(SCRIPT), *args, "--timeout-s", "600", "--poll-s", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        seen: object = None
+        deadline = _time.monotonic() + 85
+        while _time.monotonic() < deadline and seen != [{"GPU": 8}, {"GPU": 8}]:
+            seen = standing_request(ray_gcs_address)
+            _time.sleep(0.5)
+        assert seen == [{"GPU": 8}, {"GPU": 8}], "the request never reached the head"
+        waiting.terminate()
+        out, _ = waiting.communicate(timeout=120)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+    assert waiting.returncode == wfw.EXIT_SIGTERM, out
+    assert "withdrew the autoscaler request" in out
+    assert standing_request(ray_gcs_address) == []
