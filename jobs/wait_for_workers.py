@@ -136,8 +136,9 @@ def wait(
 
 
 def leave_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit(143), so that wait()'s `finally` withdraws the autoscaler request. Python's
-    default would end the process at once and leave the request standing: GPU nodes kept up for nobody."""
+    """Turn SIGTERM into SystemExit(143), so that wait()'s `finally` withdraws the autoscaler request (a standing
+    one keeps GPU nodes up for nobody). Python's default would end the process without it; ray.init's own handler
+    (sys.exit(15)) is not relied on: the request function puts this one back."""
 
     def leave(_signum: int, _frame: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one exit; the withdrawal is not interrupted again
