@@ -635,3 +635,20 @@ def test_no_export_without_a_bucket_or_a_conversion(infra_outputs):
     off = run_jobs("h200", infra_outputs, {"convertToHf": False})
     assert "export-gcs" not in [s["step"] for s in off.outputs["pipeline"]]
     assert off.outputs["modelUri"] == ""
+
+
+@pytest.mark.parametrize("stack", ["dev", "h200"])
+def test_the_project_files_defaults_are_the_programs(infra_outputs, stack):
+    """The CLI hands jobs/Pulumi.yaml's defaults to the program, the mocks do not: both must give the same run."""
+    import yaml
+    from launcher.settings import _OBJECT_KEYS, _PLAIN_KEYS
+
+    declared = yaml.safe_load((JOBS / "Pulumi.yaml").read_text())["config"]
+    assert set(declared) == {*_PLAIN_KEYS, *_OBJECT_KEYS}
+    assert all(d.get("description") for d in declared.values())
+    infra = infra_of(infra_outputs[stack])
+    stack_file = yaml.safe_load((JOBS / f"Pulumi.{stack}.yaml").read_text())["config"]
+    given = {key.split(":", 1)[1]: value for key, value in stack_file.items()}  # what the stack sets itself
+    defaults = {key: d["default"] for key, d in declared.items() if "default" in d and key not in given}
+    assert len(defaults) > 10
+    assert build_job_settings({**given, **defaults}, infra) == build_job_settings(given, infra)
