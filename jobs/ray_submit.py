@@ -664,13 +664,12 @@ def run(
     entrypoint_words: list[str],
     runtime_env: dict[str, Any] | None,
     out: Output,
-    current: Current | None = None,
+    current: Current,
 ) -> int:
     from ray.job_submission import JobStatus
 
     sid = args.submission_id
-    max_retries = getattr(args, "max_retries", 0)
-    current = current or Current(sid)
+    max_retries = args.max_retries
     entrypoint = shlex.join(entrypoint_words)
     outage = Outage(args.connect_timeout, args.address, out)
 

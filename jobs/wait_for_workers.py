@@ -16,12 +16,14 @@ With --request-address (the GPU group scales from zero under KubeRay's autoscale
 forever: nothing asks for the nodes. So when fewer than N workers are up, it first asks the autoscaler for N
 bundles of G GPUs (`ray.autoscaler.sdk.request_resources`, through Ray Client), then waits as above. The request
 is withdrawn when the wait ends, ready or not: a standing request would keep the GPUs from ever scaling back to
-zero. The run's own placement groups keep the workers busy from then on; a retried pod asks again.
+zero. The run's own placement groups keep the workers busy from then on; a retried pod asks again. SIGTERM (the
+pipeline's shell passes it on when the pod is deleted or evicted) withdraws the request too, then exits 143.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -29,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 EXIT_READY = 0
 EXIT_USAGE = 2
 EXIT_NOT_READY = 4
+EXIT_SIGTERM = 128 + signal.SIGTERM
 
 
 def gpu_workers(nodes: Iterable[Mapping[str, object]], gpus_per_node: int) -> int:
@@ -67,9 +70,13 @@ def ray_client_request(address: str) -> Callable[[Bundles], None]:
     def request(bundles: Bundles) -> None:
         import ray
 
-        with ray.init(address=address, logging_level="WARNING"):
-            task = ray.remote(num_cpus=0)(_set_request_on_cluster)
-            ray.get(task.remote(bundles), timeout=120)
+        ours = signal.getsignal(signal.SIGTERM)
+        try:
+            with ray.init(address=address, logging_level="WARNING"):
+                task = ray.remote(num_cpus=0)(_set_request_on_cluster)
+                ray.get(task.remote(bundles), timeout=120)
+        finally:
+            signal.signal(signal.SIGTERM, ours)  # ray.init installs its own (sys.exit(15)); keep main's
 
     return request
 
@@ -128,6 +135,18 @@ def wait(
                 say(f"could not withdraw the autoscaler request ({type(exc).__name__}: {str(exc)[:200]})")
 
 
+def leave_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit(143), so that wait()'s `finally` withdraws the autoscaler request (a standing
+    one keeps GPU nodes up for nobody). Python's default would end the process without it; ray.init's own handler
+    (sys.exit(15)) is not relied on: the request function puts this one back."""
+
+    def leave(_signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one exit; the withdrawal is not interrupted again
+        raise SystemExit(EXIT_SIGTERM)
+
+    signal.signal(signal.SIGTERM, leave)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--address", required=True, help="the Ray dashboard/Jobs API, http://HOST:8265")
@@ -149,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     def say(message: str) -> None:
         print(f"wait_for_workers: {message}", flush=True)
 
+    leave_on_sigterm()
     say(f"waiting up to {args.timeout_s:g} s for {args.nodes} GPU workers at {args.address}")
     request = ray_client_request(args.request_address) if args.request_address else None
     if wait(

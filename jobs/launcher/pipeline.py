@@ -5,6 +5,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from ray_submit import attempt_id
+
 from launcher.settings import FLAT_DATA, InfraOutputs, JobSettings
 
 NEMO_RL_DIR = "/opt/nemo-rl"  # where the NeMo RL image keeps its sources and uv project
@@ -39,8 +41,8 @@ def run_marker_name(job: JobSettings) -> str:
 
 
 def attempt_ids(step: Step) -> list[str]:
-    """Every submission id a step may use, in order (ray_submit.py's attempt ids)."""
-    return [step.submission_id] + [f"{step.submission_id}-r{k}" for k in range(1, step.max_retries + 1)]
+    """Every submission id a step may use, in order, as the submitter names them."""
+    return [attempt_id(step.submission_id, k) for k in range(step.max_retries + 1)]
 
 
 def checkpoint_dir(job: JobSettings, infra: InfraOutputs) -> str:

@@ -1,11 +1,12 @@
 """Make a run's checkpoint dir safe to resume from before each training attempt.
 
-Runs as a Ray job step's first command, inside the NeMo RL image, before examples/run_grpo_math.py:
+Runs as a Ray job step's first command, inside the NeMo RL image (standard library only, with the image's python),
+before the release's GRPO entrypoint:
     python checkpoint_guard.py --checkpoint-dir /data/RUN
 
-NeMo RL v0.5.0 (nemo_rl/utils/checkpoint.py) writes a checkpoint into tmp_step_N, renames it to step_N only when
-every file is written, and resumes from the highest step_N. So a crash mid-save leaves no half step_N, but three
-things can still hurt the next attempt:
+NeMo RL (nemo_rl/utils/checkpoint.py, the same in v0.5.0 and v0.7.0) writes a checkpoint into tmp_step_N, renames
+it to step_N only when every file is written, and resumes from the highest step_N. So a crash mid-save leaves no
+half step_N, but three things can still hurt the next attempt:
   * a leftover tmp_step_N is reused as is by the next save of step N (the folder is created with exist_ok), so
     files of the crashed write (other ranks' shards) would be mixed into the new checkpoint;
   * a crash inside the finalize of a step that already existed (a resumed run saving step N again) can leave

@@ -1,5 +1,5 @@
-"""The checkpoint guard against NeMo RL v0.5.0's own CheckpointManager (the reference copy): what a crash leaves
-behind, what resume would pick, and what the guard makes of it."""
+"""The checkpoint guard against each release's own CheckpointManager (NeMo RL v0.5.0 and v0.7.0, the reference
+copies): what a crash leaves behind, what resume would pick, and what the guard makes of it."""
 
 from __future__ import annotations
 
@@ -12,24 +12,25 @@ from typing import Any
 
 import pytest
 from script_loader import load_script
+from upstream import reference
 
-ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = ROOT.parent / "shared" / "reference" / "nemo-rl-v0.5.0" / "nemo_rl" / "utils" / "checkpoint.py"
+RELEASES = ("nemo-rl-v0.5.0", "nemo-rl-v0.7.0")
 
 guard = load_script("jobs/scripts/checkpoint_guard.py", "checkpoint_guard")
 
 
-@pytest.fixture(scope="module")
-def nemo_checkpoint() -> Iterator[Any]:
+@pytest.fixture(scope="module", params=RELEASES)
+def nemo_checkpoint(request: pytest.FixtureRequest) -> Iterator[Any]:
     """NeMo RL's checkpoint module. It imports torch and numpy only for isinstance checks on metric values, so
     stand-ins are enough to run its directory logic unchanged."""
+    source = reference(request.param) / "nemo_rl" / "utils" / "checkpoint.py"
     stand_ins = {"torch": types.ModuleType("torch"), "numpy": types.ModuleType("numpy")}
     stand_ins["torch"].Tensor = type("Tensor", (), {})  # type: ignore[attr-defined]
     stand_ins["numpy"].ndarray = type("ndarray", (), {})  # type: ignore[attr-defined]
     saved = {name: sys.modules.get(name) for name in stand_ins}
     sys.modules.update(stand_ins)
     try:
-        spec = importlib.util.spec_from_file_location("nemo_rl_checkpoint_ref", REFERENCE)
+        spec = importlib.util.spec_from_file_location(f"checkpoint_{request.param.replace('-', '_')}", source)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -44,13 +45,19 @@ def nemo_checkpoint() -> Iterator[Any]:
 
 def manager(module: Any, root: Path) -> Any:
     return module.CheckpointManager(
-        {"checkpoint_dir": root, "metric_name": None, "higher_is_better": True, "keep_top_k": None}
+        {
+            "checkpoint_dir": root,
+            "metric_name": None,
+            "higher_is_better": True,
+            "keep_top_k": None,
+            "save_optimizer": True,
+        }
     )
 
 
 def save(mgr: Any, step: int, finish: bool = True, shard: str = "__0_0.distcp") -> Path:
     """What grpo.py does for one save: tmp dir, policy files, dataloader state, finalize (unless it crashes)."""
-    path = Path(mgr.init_tmp_checkpoint(step, {"step": step}, {"policy": {}}))
+    path = Path(mgr.init_tmp_checkpoint(step, {"step": step}, None))
     (path / "policy" / "weights").mkdir(parents=True, exist_ok=True)
     (path / "policy" / "weights" / shard).write_text("w")
     if finish:
@@ -109,3 +116,14 @@ def test_a_step_missing_what_resume_reads_is_set_aside(nemo_checkpoint: Any, tmp
 def test_main_on_a_fresh_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert guard.main(["--checkpoint-dir", str(tmp_path / "not-yet")]) == 0
     assert capsys.readouterr().out == "checkpoint_guard: no checkpoint yet\n"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_resume_files_are_what_grpo_reads(release: str) -> None:
+    """A step_N the guard keeps has every file GRPO's resume opens (nemo_rl/algorithms/grpo.py of the release)."""
+    grpo = (reference(release) / "nemo_rl" / "algorithms" / "grpo.py").read_text()
+    read = {"training_info.json": "load_training_info(", "train_dataloader.pt": '"train_dataloader.pt"'}
+    for name in guard.RESUME_FILES:
+        assert read[name] in grpo, f"{release}'s grpo.py no longer reads {name}"
+    assert [d.split("/") for d in guard.RESUME_DIRS] == [["policy", "weights"]]
+    assert '"policy", "weights"' in grpo

@@ -3,17 +3,21 @@ outputs the infra program really exports (so the contract between the two stacks
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import ROOT, run_infra_stack
+from launcher.job import SCRIPT_FILES
 from launcher.pipeline import entrypoint_text, grpo_overrides, pipeline_script, pipeline_steps
 from launcher.settings import ConfigError, InfraOutputs, build_infra_outputs, build_job_settings
 from script_loader import load_script
+from upstream import reference
 
 from tools.offline import ProgramRun, load_stack_config, plaintext_paths, run_program
 
@@ -479,6 +483,42 @@ def test_the_guard_and_the_submitter_agree_on_the_checkpoint_dir(infra_outputs):
     assert guard.RESUME_FILES == ("training_info.json", "train_dataloader.pt")
 
 
+# Scripts that talk to the Ray cluster; every other script run with the image's plain python gets the stdlib only.
+RAY_CLIENTS = {"ray_submit.py", "wait_for_workers.py"}
+
+
+def plain_python_scripts(words: list[str]) -> list[str]:
+    """The scripts a command runs with `python` itself, not through `uv run python`."""
+    return [Path(words[i + 1]).name for i, w in enumerate(words[:-1]) if w == "python" and words[i - 1 : i] != ["run"]]
+
+
+@pytest.mark.parametrize("release", ["nemo-rl-v0.5.0", "nemo-rl-v0.7.0"])
+def test_scripts_run_with_the_images_plain_python_import_only_what_it_has(infra_outputs, release):
+    """The checkpoint guard, the export and the submitter run with `python` outside `uv run`. In the NeMo RL image
+    that is NeMo RL's venv (its Dockerfile puts /opt/nemo_rl_venv/bin first on PATH), which has Ray but nothing of
+    ours: those scripts may import the standard library, and Ray where they talk to the cluster."""
+    dockerfile = (reference(release) / "docker" / "Dockerfile").read_text()
+    assert 'ENV PATH="/opt/nemo_rl_venv/bin:$PATH"' in dockerfile
+    assert "ENV UV_PROJECT_ENVIRONMENT=/opt/nemo_rl_venv" in dockerfile
+    version = re.search(r"^ARG PYTHON_VERSION=(\d+)\.(\d+)", dockerfile, re.MULTILINE)
+    assert version and (int(version[1]), int(version[2])) >= (3, 10)  # what ray_submit.py asks for
+    assert re.search(r'"ray\[default\][=>]=', (reference(release) / "pyproject.toml").read_text())
+
+    infra = infra_of(infra_outputs["h200"])  # with an export bucket: every step there is
+    job = job_with(infra)
+    steps = pipeline_steps(job, infra)
+    used = {name for s in steps for name in plain_python_scripts(s.entrypoint)}
+    used |= set(plain_python_scripts(shlex.split(pipeline_script(job, infra, steps))))
+    assert used == {"checkpoint_guard.py", "export_gcs.py", "ray_submit.py", "wait_for_workers.py"}
+    files = {Path(f).name: JOBS / f for f in SCRIPT_FILES}
+    for name in used:
+        tree = ast.parse(files[name].read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        allowed = {*sys.stdlib_module_names, "__future__", *(["ray"] if name in RAY_CLIENTS else [])}
+        assert {m.split(".")[0] for m in imported} <= allowed, name
+
+
 def test_lifecycle_outputs(infra_outputs):
     run = run_jobs("dev", infra_outputs, {"maxRestarts": 2})
     assert run.outputs["maxRestarts"] == 2
@@ -595,3 +635,20 @@ def test_no_export_without_a_bucket_or_a_conversion(infra_outputs):
     off = run_jobs("h200", infra_outputs, {"convertToHf": False})
     assert "export-gcs" not in [s["step"] for s in off.outputs["pipeline"]]
     assert off.outputs["modelUri"] == ""
+
+
+@pytest.mark.parametrize("stack", ["dev", "h200"])
+def test_the_project_files_defaults_are_the_programs(infra_outputs, stack):
+    """The CLI hands jobs/Pulumi.yaml's defaults to the program, the mocks do not: both must give the same run."""
+    import yaml
+    from launcher.settings import _OBJECT_KEYS, _PLAIN_KEYS
+
+    declared = yaml.safe_load((JOBS / "Pulumi.yaml").read_text())["config"]
+    assert set(declared) == {*_PLAIN_KEYS, *_OBJECT_KEYS}
+    assert all(d.get("description") for d in declared.values())
+    infra = infra_of(infra_outputs[stack])
+    stack_file = yaml.safe_load((JOBS / f"Pulumi.{stack}.yaml").read_text())["config"]
+    given = {key.split(":", 1)[1]: value for key, value in stack_file.items()}  # what the stack sets itself
+    defaults = {key: d["default"] for key, d in declared.items() if "default" in d and key not in given}
+    assert len(defaults) > 10
+    assert build_job_settings({**given, **defaults}, infra) == build_job_settings(given, infra)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time as _time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -167,11 +169,18 @@ def standing_request(gcs_address: str) -> object:
     return None if raw is None else json.loads(raw)
 
 
-@pytest.mark.timeout(300)
-def test_request_reaches_a_real_head_and_is_withdrawn(ray_address: str, ray_client_address: str, ray_gcs_address: str):
+TWO_WORKERS = [{"GPU": 8}, {"GPU": 8}]
+
+
+@contextlib.contextmanager
+def asking_for_two_workers(
+    ray_address: str, ray_client_address: str, ray_gcs_address: str, timeout_s: int
+) -> Iterator[tuple[subprocess.Popen[str], object]]:
+    """wait_for_workers asking the test head's autoscaler for two 8-GPU workers (which never come): yields the
+    process and the standing request, once that is the request or after 85 s; kills the process if still running."""
     args = ["--address", ray_address, "--nodes", "2", "--gpus-per-node", "8", "--request-address", ray_client_address]
     waiting = subprocess.Popen(
-        [sys.executable, str(SCRIPT), *args, "--timeout-s", "40", "--poll-s", "1"],
+        [sys.executable, str(SCRIPT), *args, "--timeout-s", str(timeout_s), "--poll-s", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -179,15 +188,21 @@ def test_request_reaches_a_real_head_and_is_withdrawn(ray_address: str, ray_clie
     try:
         seen: object = None
         deadline = _time.monotonic() + 85
-        while _time.monotonic() < deadline and seen != [{"GPU": 8}, {"GPU": 8}]:
+        while _time.monotonic() < deadline and seen != TWO_WORKERS:
             seen = standing_request(ray_gcs_address)
             _time.sleep(0.5)
-        out, _ = waiting.communicate(timeout=180)
-        assert seen == [{"GPU": 8}, {"GPU": 8}], f"the request never reached the head:\n{out}"
+        yield waiting, seen
     finally:
         if waiting.poll() is None:
             waiting.kill()
             waiting.wait()
+
+
+@pytest.mark.timeout(300)
+def test_request_reaches_a_real_head_and_is_withdrawn(ray_address: str, ray_client_address: str, ray_gcs_address: str):
+    with asking_for_two_workers(ray_address, ray_client_address, ray_gcs_address, 40) as (waiting, seen):
+        out, _ = waiting.communicate(timeout=180)
+        assert seen == TWO_WORKERS, f"the request never reached the head:\n{out}"
     assert waiting.returncode == wfw.EXIT_NOT_READY, out  # nobody brings GPUs here: the timeout path
     assert "asked the Ray autoscaler for 2 workers of 8 GPUs" in out
     assert "withdrew the autoscaler request" in out
@@ -198,3 +213,16 @@ def test_request_reaches_a_real_head_and_is_withdrawn(ray_address: str, ray_clie
                        "--request-address", ray_client_address)  # fmt: skip
     assert ready.returncode == wfw.EXIT_READY, ready.stdout + ready.stderr
     assert "asked the Ray autoscaler" not in ready.stdout
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_withdraws_the_request_on_a_real_head(ray_address: str, ray_client_address: str, ray_gcs_address: str):
+    """The pipeline's shell passes SIGTERM on to the wait (pod deleted or evicted): the standing request must not
+    outlive it, or the autoscaler keeps GPU nodes up for nobody."""
+    with asking_for_two_workers(ray_address, ray_client_address, ray_gcs_address, 600) as (waiting, seen):
+        assert seen == TWO_WORKERS, "the request never reached the head"
+        waiting.terminate()
+        out, _ = waiting.communicate(timeout=120)
+    assert waiting.returncode == wfw.EXIT_SIGTERM, out
+    assert "withdrew the autoscaler request" in out
+    assert standing_request(ray_gcs_address) == []
