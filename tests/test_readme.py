@@ -10,9 +10,9 @@ import re
 import pytest
 import yaml
 from conftest import ROOT
+from launcher import settings as job_settings
 
 from infra import settings as infra_settings
-from jobs.launcher import settings as job_settings
 from tools.plan import EXAMPLE_STACKS
 
 README = (ROOT / "README.md").read_text()

@@ -160,7 +160,7 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
                 f"{job.run_name}-preflight-nccl",
                 _in_nemo_rl(
                     f"{scripts}/nccl_allreduce.py",
-                    f"--nodes={infra.ray_worker_replicas}",
+                    f"--nodes={gpu_nodes_to_check(job, infra)}",
                     f"--gpus-per-node={infra.gpus_per_node}",
                     f"--min-busbw-gbps={job.preflight.min_busbw_gbps:g}",
                 ),
@@ -178,7 +178,7 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
                 _in_nemo_rl(
                     f"{scripts}/lustre_io.py",
                     f"--path={ckpt}/preflight-io",
-                    f"--nodes={infra.ray_worker_replicas}",
+                    f"--nodes={gpu_nodes_to_check(job, infra)}",
                     f"--capacity-gib={infra.lustre_capacity_gib}",
                     f"--tier-mbps-per-tib={infra.lustre_throughput_mbps_per_tib}",
                     f"--gib-per-node={job.preflight.lustre_gib_per_node:g}",
@@ -200,8 +200,18 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
         Step(
             "train",
             f"{job.run_name}-train",
-            # Every attempt first makes the checkpoint dir safe to resume from (jobs/scripts/checkpoint_guard.py).
-            ["python", f"{scripts}/checkpoint_guard.py", f"--checkpoint-dir={ckpt}", "&&", *train],
+            # Every attempt first waits for its GPU nodes (a retry follows a lost node: a spot or flex-start
+            # replacement takes longer than NeMo RL's placement-group timeout, so without this wait the retries would
+            # be spent before it is back), then makes the checkpoint dir safe to resume from.
+            [
+                *wait_for_workers(f"{scripts}/wait_for_workers.py", job.num_nodes, job, infra),
+                "&&",
+                "python",
+                f"{scripts}/checkpoint_guard.py",
+                f"--checkpoint-dir={ckpt}",
+                "&&",
+                *train,
+            ],
             on_failure="the driver log above (model access with HF_TOKEN, GPU memory, the recipe's overrides)",
             max_retries=job.max_restarts,
         )
@@ -233,6 +243,29 @@ def entrypoint_text(step: Step) -> str:
     return " ".join(part if part == "&&" else shlex.quote(part) for part in step.entrypoint)
 
 
+def gpu_nodes_to_check(job: JobSettings, infra: InfraOutputs) -> int:
+    """GPU nodes the pipeline waits for and the pre-flight checks: every worker the Ray cluster holds anyway, or,
+    with the autoscaler, just the run's (asking for more would start, and bill, nodes the run never uses)."""
+    return job.num_nodes if infra.ray_autoscaling else infra.ray_worker_replicas
+
+
+def wait_for_workers(script: str, nodes: int, job: JobSettings, infra: InfraOutputs) -> list[str]:
+    """wait_for_workers.py for `nodes` GPU workers within waitForWorkersMinutes (exit 4 on timeout); with the
+    autoscaler it first asks for them."""
+    wait = [
+        "python",
+        script,
+        f"--address={infra.ray_address}",
+        f"--nodes={nodes}",
+        f"--gpus-per-node={infra.gpus_per_node}",
+        f"--timeout-s={job.wait_for_workers_minutes * 60}",
+    ]
+    if infra.ray_autoscaling and infra.ray_client_address:
+        # The GPU group starts at zero: ask the autoscaler for the workers, then wait for them.
+        wait.append(f"--request-address={infra.ray_client_address}")
+    return wait
+
+
 def submit_command(step: Step, job: JobSettings, infra: InfraOutputs) -> list[str]:
     """How the submitter pod runs one step: ray_submit.py with the step's id, its retry budget and, with stopOnDelete,
     what it reads on SIGTERM to tell a deletion from an eviction; bash -c keeps '&&' an operator on the Ray side
@@ -254,17 +287,7 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
     """The submitter pod's program: copy our scripts to Lustre, then run each step through ray_submit.py,
     stopping at the first failure with what to check. Re-running it skips steps that already succeeded."""
     scripts = scripts_dir(job, infra)
-    wait = [
-        "python",
-        WAIT_FOR_WORKERS,
-        f"--address={infra.ray_address}",
-        f"--nodes={infra.ray_worker_replicas}",
-        f"--gpus-per-node={infra.gpus_per_node}",
-        f"--timeout-s={job.wait_for_workers_minutes * 60}",
-    ]
-    if infra.ray_autoscaling and infra.ray_client_address:
-        # The GPU group starts at zero: ask the autoscaler for the workers, then wait for them.
-        wait.append(f"--request-address={infra.ray_client_address}")
+    wait = wait_for_workers(WAIT_FOR_WORKERS, gpu_nodes_to_check(job, infra), job, infra)
     lines = [
         "set -euo pipefail",
         # Kubernetes sends SIGTERM to PID 1, this shell: pass it on to the running submitter, which decides whether

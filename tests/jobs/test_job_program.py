@@ -459,10 +459,18 @@ def test_only_the_train_step_is_retried_and_each_attempt_guards_the_checkpoints(
         if step.name != "train":
             assert not any(w.startswith("--max-retries") for w in _submit_line(script, step.submission_id))
     train = next(s for s in steps if s.name == "train")
-    assert entrypoint_text(train).startswith(
-        "python /data/exp3/scripts/checkpoint_guard.py --checkpoint-dir=/data/exp3 && cd /opt/nemo-rl && uv run "
-        "python examples/run_grpo_math.py"
-    )
+    # Each attempt waits for the run's GPU nodes first (a retry follows a lost node), then guards the checkpoints.
+    wait, guard, run = entrypoint_text(train).split(" && ", 2)
+    assert shlex.split(wait) == [
+        "python",
+        "/data/exp3/scripts/wait_for_workers.py",
+        f"--address={infra.ray_address}",
+        f"--nodes={job.num_nodes}",
+        "--gpus-per-node=8",
+        f"--timeout-s={job.wait_for_workers_minutes * 60}",
+    ]
+    assert guard == "python /data/exp3/scripts/checkpoint_guard.py --checkpoint-dir=/data/exp3"
+    assert run.startswith("cd /opt/nemo-rl && uv run python examples/run_grpo_math.py")
     none = job_with(infra, runName="exp3", maxRestarts=0)
     assert not any(
         w.startswith("--max-retries")

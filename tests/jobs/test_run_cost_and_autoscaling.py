@@ -71,3 +71,31 @@ def test_autoscaling_needs_a_client_address(exported):
     broken = {**exported["dev"], "rayClientAddress": "http://wrong:10001"}
     with pytest.raises(ConfigError, match="rayClientAddress"):
         build_infra_outputs(broken)
+
+
+def _waits_and_preflight_nodes(outputs: dict[str, Any]) -> tuple[list[str], list[str], set[str]]:
+    """The pod's first wait, the train attempt's own wait (before the checkpoint guard), and the pre-flight's
+    --nodes, for a one-node run."""
+    infra = build_infra_outputs(outputs)
+    job = job_with(infra, numNodes=1, generationNodes=0, vllmTensorParallelSize=8, dtensorTensorParallelSize=8)
+    steps = pipeline_steps(job, infra)
+    first = wait_words(outputs)
+    train = next(step for step in steps if step.name == "train").entrypoint
+    train_wait = train[: train.index("&&")]
+    preflight = {w for step in steps if step.name.startswith("preflight") for w in step.entrypoint if "--nodes=" in w}
+    return first, train_wait, preflight
+
+
+def test_with_the_autoscaler_only_the_runs_nodes_are_asked_for(exported):
+    two_workers = {**exported["dev"], "rayWorkerReplicas": 2}  # the group may grow to 2; the run needs 1
+    first, train_wait, preflight = _waits_and_preflight_nodes(two_workers)
+    assert "--nodes=1" in first and "--nodes=1" in train_wait and preflight == {"--nodes=1"}
+    # Every train attempt asks again: a retry follows a lost node, which the autoscaler must bring back.
+    assert train_wait[1].endswith("/scripts/wait_for_workers.py")
+    assert f"--request-address={two_workers['rayClientAddress']}" in train_wait
+
+
+def test_without_the_autoscaler_every_held_worker_is_checked(exported):
+    first, train_wait, preflight = _waits_and_preflight_nodes(exported["h200"])  # 2 workers, held by the cluster
+    assert "--nodes=2" in first and preflight == {"--nodes=2"}
+    assert "--nodes=1" in train_wait and not any(w.startswith("--request-address") for w in train_wait)

@@ -7,14 +7,19 @@ import json
 import subprocess
 import sys
 import time as _time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
+from launcher.pipeline import wait_for_workers
 from ray_head import HEAD_GPUS, closed_port
 from script_loader import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "jobs" / "wait_for_workers.py"
+SUBMITTER = SCRIPT.with_name("ray_submit.py")
 
 
 wfw = load_script("jobs/wait_for_workers.py", "wait_for_workers")
@@ -226,3 +231,21 @@ def test_sigterm_withdraws_the_request_on_a_real_head(ray_address: str, ray_clie
     assert waiting.returncode == wfw.EXIT_SIGTERM, out
     assert "withdrew the autoscaler request" in out
     assert standing_request(ray_gcs_address) == []
+
+
+def test_a_train_attempts_wait_runs_as_a_ray_job(ray_address: str, ray_client_address: str):
+    """Each train attempt starts with the pipeline's wait, inside the Ray job (on the head, with the job driver's
+    environment), submitted through ray_submit.py: here with the head's GPUs present it succeeds at once."""
+    infra = SimpleNamespace(
+        ray_address=ray_address, gpus_per_node=HEAD_GPUS, ray_autoscaling=True, ray_client_address=ray_client_address
+    )
+    words = wait_for_workers(str(SCRIPT), 1, cast(Any, SimpleNamespace(wait_for_workers_minutes=1)), cast(Any, infra))
+    assert words[0] == "python" and f"--request-address={ray_client_address}" in words
+    submission = f"train-wait-{uuid.uuid4().hex[:8]}"
+    result = subprocess.run(
+        [sys.executable, str(SUBMITTER), f"--address={ray_address}", f"--submission-id={submission}", "--",
+         sys.executable, *words[1:]],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"1 of 1 Ray GPU workers ({HEAD_GPUS} GPUs each) are up" in result.stdout
