@@ -5,12 +5,14 @@ import pulumi_kubernetes as k8s
 from launcher.cost import run_estimate
 from launcher.job import PipelineJob, PipelineJobArgs
 from launcher.pipeline import (
+    PORT_FORWARD_ADDRESS,
     attempt_ids,
     checkpoint_dir,
     entrypoint_text,
     model_uri,
     pipeline_script,
     pipeline_steps,
+    ray_job_command,
 )
 from launcher.settings import ConfigError, build_job_settings, read_config, read_infra_outputs
 
@@ -49,14 +51,11 @@ async def main() -> None:
     pulumi.export("maxRestarts", job.max_restarts)
     pulumi.export("trainAttempts", attempt_ids(train))
     pulumi.export("stopOnDelete", job.stop_on_delete)
-    ray = "ray job {} --address http://127.0.0.1:8265"
     pulumi.export(
         "rayJobCommands",
         {
-            "list": ray.format("list"),
-            "status": f"{ray.format('status')} {train.submission_id}",
-            "logs": f"{ray.format('logs')} {train.submission_id}",
-            "stop": f"{ray.format('stop')} {train.submission_id}",
+            "list": f"ray job list --address {PORT_FORWARD_ADDRESS}",
+            **{verb: ray_job_command(train, verb) for verb in ("status", "logs", "stop")},
         },
     )
 

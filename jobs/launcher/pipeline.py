@@ -45,6 +45,23 @@ def attempt_ids(step: Step) -> list[str]:
     return [attempt_id(step.submission_id, k) for k in range(step.max_retries + 1)]
 
 
+# The Ray dashboard and Jobs API on a workstation, through the infra stack's dashboardPortForward command.
+PORT_FORWARD_ADDRESS = "http://127.0.0.1:8265"
+
+
+def ray_job_command(step: Step, verb: str, address: str = PORT_FORWARD_ADDRESS) -> str:
+    """`ray job VERB` (status, logs, stop) on the step's newest attempt that Ray knows: after a retry the running
+    attempt is ID-rK, not ID. `ray job status` exits 1 for an id Ray does not know."""
+    ids = attempt_ids(step)
+    if len(ids) == 1:
+        return f"ray job {verb} --address {address} {shlex.quote(ids[0])}"
+    newest_first = " ".join(shlex.quote(aid) for aid in reversed(ids))
+    return (
+        f'for id in {newest_first}; do if ray job status --address {address} "$id" >/dev/null 2>&1; '
+        f'then ray job {verb} --address {address} "$id"; break; fi; done'
+    )
+
+
 def checkpoint_dir(job: JobSettings, infra: InfraOutputs) -> str:
     return f"{infra.mount_path}/{job.run_name}"
 

@@ -533,7 +533,14 @@ def test_lifecycle_outputs(infra_outputs):
     assert run.outputs["trainAttempts"] == [
         "smoke-qwen-1p5b-train", "smoke-qwen-1p5b-train-r1", "smoke-qwen-1p5b-train-r2",
     ]  # fmt: skip
-    assert run.outputs["rayJobCommands"]["stop"] == "ray job stop --address http://127.0.0.1:8265 smoke-qwen-1p5b-train"
+    address = "--address http://127.0.0.1:8265"
+    assert run.outputs["rayJobCommands"]["stop"] == (
+        "for id in smoke-qwen-1p5b-train-r2 smoke-qwen-1p5b-train-r1 smoke-qwen-1p5b-train; do "
+        f'if ray job status {address} "$id" >/dev/null 2>&1; then ray job stop {address} "$id"; break; fi; done'
+    )
+    assert run.outputs["rayJobCommands"]["list"] == f"ray job list {address}"
+    without_retries = run_jobs("dev", infra_outputs, {"maxRestarts": 0}).outputs["rayJobCommands"]
+    assert without_retries["logs"] == f"ray job logs {address} smoke-qwen-1p5b-train"
     assert run.outputs["stopOnDelete"] is True
 
 

@@ -686,3 +686,21 @@ def test_sigterm_stops_the_ray_job_only_when_the_run_is_deleted(
         assert _status(client, sid) == "RUNNING", out
         assert "WITHOUT stopping" in out
         client.stop_job(sid)
+
+
+def test_the_printed_stop_command_stops_the_newest_attempt(ray_address: str, client: Any) -> None:
+    """The job stack's rayJobCommands, run as printed (address aside) with the real `ray` CLI: after a retry the
+    running attempt is ID-r1, and that is the one stopped; ID itself is never looked for again."""
+    from launcher.pipeline import Step, ray_job_command
+
+    sid = _new_id("printed")
+    client.submit_job(entrypoint="exit 3", submission_id=sid)
+    wait_for(lambda: _status(client, sid) == "FAILED", 60, "attempt 0 to fail")
+    client.submit_job(entrypoint="sleep 120", submission_id=f"{sid}-r1")
+    wait_for(lambda: _status(client, f"{sid}-r1") == "RUNNING", 60, "attempt 1 to run")
+    stop = ray_job_command(Step("train", sid, ["true"], max_retries=2), "stop", address=ray_address)
+    env = {**_env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # this Ray's CLI
+    done = subprocess.run(["bash", "-c", stop], capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    wait_for(lambda: _status(client, f"{sid}-r1") == "STOPPED", 60, "attempt 1 to stop")
+    assert _status(client, sid) == "FAILED" and _status(client, f"{sid}-r2") is None
