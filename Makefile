@@ -30,19 +30,11 @@ $(BIN)/.installed: $(BIN)/.runtime requirements-dev.txt requirements-torch.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) -r requirements-torch.txt
 	touch $@
 
-$(CHECKOV_VENV)/.installed: requirements-checkov.txt
-	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
-	touch $@
-
-$(NEMORL_VENV)/.installed: requirements-nemorl.txt
-	$(PYTHON) -m venv $(NEMORL_VENV)
-	$(NEMORL_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-nemorl.txt
-	touch $@
-
-$(RAY_V070_VENV)/.installed: requirements-ray2551.txt
-	$(PYTHON) -m venv $(RAY_V070_VENV)
-	$(RAY_V070_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-ray2551.txt
+# Tools whose pins clash with the project's get a virtualenv each: .venv-NAME from requirements-NAME.txt
+# ($(CHECKOV_VENV), $(NEMORL_VENV), $(RAY_V070_VENV)).
+.venv-%/.installed: requirements-%.txt
+	$(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/pip install --quiet --disable-pip-version-check -r $<
 	touch $@
 
 lint: $(BIN)/.installed
