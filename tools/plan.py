@@ -117,7 +117,6 @@ KEY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
         "gkeSupportEnabled",
     ),
     "kubernetes:helm.sh/v3:Release": ("name", "namespace", "chart", "version", "repositoryOpts.repo", "skipAwait"),
-    "kubernetes:yaml/v2:ConfigFile": ("file", "files"),
     "pulumi:pulumi:StackReference": ("name",),
 }
 K8S_KEY_PROPERTIES = ("metadata.name", "metadata.namespace")

@@ -13,8 +13,10 @@ from infra.stack import Infra
 from workloads.identity import RayIdentity, RayIdentityArgs
 from workloads.nccl_installer import NcclInstaller
 from workloads.network_objects import NetworkMapping, NetworkMappingArgs
-from workloads.network_policy import SUBMITTER_LABEL, RayHeadPolicy, RayHeadPolicyArgs
+from workloads.network_policy import SUBMITTER_LABEL, RayPolicies, RayPoliciesArgs
 from workloads.nics import extra_nics
+from workloads.pod_security import namespace_labels
+from workloads.ray_auth import TOKEN_KEY, RayAuthToken, RayAuthTokenArgs, supports_token_auth
 from workloads.ray_values import (
     CLIENT_PORT,
     DASHBOARD_PORT,
@@ -39,7 +41,8 @@ class Workloads:
     volume: LustreVolume
     identity: RayIdentity
     ray: RayCluster
-    policy: RayHeadPolicy
+    policies: RayPolicies
+    auth: RayAuthToken | None
 
 
 def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> Workloads:
@@ -47,8 +50,11 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
     prefix = settings.cluster_name
     namespace: pulumi.Input[str] = settings.namespace
     if settings.namespace not in BUILT_IN_NAMESPACES:
+        # Pod Security Admission at the strictest level the Ray workers allow (workloads/pod_security.py).
         namespace = k8s.core.v1.Namespace(
-            "namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=settings.namespace), opts=provider
+            "namespace",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=settings.namespace, labels=namespace_labels(settings.gke_minor)),
+            opts=provider,
         ).metadata.name
 
     nics = extra_nics(settings.preset.rdma_nics)
@@ -102,6 +108,7 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
             account_id=f"{prefix}-ray",
             namespace=namespace,
             kubernetes_service_account=settings.kubernetes_service_account,
+            worker_service_account=worker_service_account(prefix),
             cluster=infra.cluster.cluster,
             iam_api=infra.services.needed_by("iam"),
             resource_manager_api=infra.services.needed_by("cloudresourcemanager"),
@@ -113,6 +120,13 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
         opts=provider,
     )
 
+    # Ray's token authentication where the image's Ray has it; the NetworkPolicies fence Ray either way.
+    auth = None
+    if supports_token_auth(settings.ray_version):
+        auth = RayAuthToken(
+            "ray-auth", RayAuthTokenArgs(secret_name=ray_auth_secret_name(prefix), namespace=namespace), opts=provider
+        )
+
     refs = RayClusterRefs(
         cluster_name=f"{prefix}-ray",
         cpu_pool_name=CPU_POOL_NAME,
@@ -121,6 +135,8 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
         secret_keys=tokens.keys,
         service_account=settings.kubernetes_service_account,
         fluentbit_configmap=f"{prefix}-ray-fluent-bit",
+        worker_service_account=worker_service_account(prefix),
+        auth_secret=ray_auth_secret_name(prefix) if auth else None,
     )
     ray = RayCluster(
         "ray",
@@ -135,16 +151,18 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
                 installer,
                 volume.pvc,
                 tokens.secret,
+                *([auth.secret] if auth else []),
                 identity.kubernetes_service_account,
+                identity.worker_service_account,
                 identity.binding,
+                identity.worker_binding,
             ],
         ),
         opts=provider,
     )
-    policy = RayHeadPolicy(
-        "ray-head-policy",
-        RayHeadPolicyArgs(
-            name=f"{refs.cluster_name}-head",
+    policies = RayPolicies(
+        "ray-policies",
+        RayPoliciesArgs(
             namespace=namespace,
             ray_cluster=refs.cluster_name,
             dashboard_port=DASHBOARD_PORT,
@@ -153,7 +171,15 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
         ),
         opts=provider,
     )
-    return Workloads(refs=refs, tokens=tokens, volume=volume, identity=identity, ray=ray, policy=policy)
+    return Workloads(refs=refs, tokens=tokens, volume=volume, identity=identity, ray=ray, policies=policies, auth=auth)
+
+
+def worker_service_account(prefix: str) -> str:
+    return f"{prefix}-ray-worker"
+
+
+def ray_auth_secret_name(prefix: str) -> str:
+    return f"{prefix}-ray-auth"
 
 
 def export_workloads(settings: InfraSettings, workloads: Workloads) -> None:
@@ -173,6 +199,17 @@ def export_workloads(settings: InfraSettings, workloads: Workloads) -> None:
     pulumi.export("secretName", workloads.tokens.secret.metadata.name)
     pulumi.export("secretKeys", list(refs.secret_keys))
     pulumi.export("serviceAccount", workloads.identity.kubernetes_service_account.metadata.name)
+    pulumi.export("workerServiceAccount", workloads.identity.worker_service_account.metadata.name)
+    # The Secret holding Ray's token (key RAY_AUTH_TOKEN); None when the image's Ray has no token authentication.
+    auth = workloads.auth
+    pulumi.export("rayAuthSecret", auth.secret.metadata.name if auth else None)
+    pulumi.export(
+        "rayAuthTokenCommand",
+        f"kubectl --namespace {settings.namespace} get secret {refs.auth_secret} "
+        f"-o jsonpath='{{.data.{TOKEN_KEY}}}' | base64 -d"
+        if auth
+        else None,
+    )
     pulumi.export("submitterPodLabel", {SUBMITTER_LABEL: refs.cluster_name})
     pulumi.export("gpusPerNode", settings.preset.gpus_per_node)
     pulumi.export("nemoRlImage", settings.nemo_rl_image)

@@ -38,6 +38,26 @@ TOKEN_SECONDS = 3600  # the kubelet renews the projected token well before it ex
 # On SIGTERM the submitter asks the API twice (5 s timeout each), then stops the Ray job and waits up to
 # STOP_TIMEOUT_S for STOPPED: the pod's grace period covers that with room to spare.
 GRACE_SECONDS = 2 * 5 + STOP_TIMEOUT_S + 20
+# Ray's token authentication (Ray >= 2.52): the client sends the token only when both are set. The key is the one
+# the infra stack's Secret holds (workloads/ray_auth.py).
+RAY_AUTH_MODE_ENV = "RAY_AUTH_MODE"
+RAY_AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
+
+
+def ray_auth_env(secret_name: str | None) -> list[k8s.core.v1.EnvVarArgs]:
+    """The submitter's Ray credentials, by reference to the infra stack's Secret; none when the cluster has no token
+    authentication (then the NetworkPolicies alone fence the head)."""
+    if not secret_name:
+        return []
+    return [
+        k8s.core.v1.EnvVarArgs(name=RAY_AUTH_MODE_ENV, value="token"),
+        k8s.core.v1.EnvVarArgs(
+            name=RAY_AUTH_TOKEN_ENV,
+            value_from=k8s.core.v1.EnvVarSourceArgs(
+                secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=secret_name, key=RAY_AUTH_TOKEN_ENV)
+            ),
+        ),
+    ]
 
 
 @dataclass(frozen=True)
@@ -153,6 +173,7 @@ class PipelineJob(pulumi.ComponentResource):
                                     k8s.core.v1.EnvVarArgs(name="PYTHONUNBUFFERED", value="1"),
                                     k8s.core.v1.EnvVarArgs(name="PYTHONDONTWRITEBYTECODE", value="1"),
                                     k8s.core.v1.EnvVarArgs(name="RAY_USAGE_STATS_ENABLED", value="0"),
+                                    *ray_auth_env(infra.ray_auth_secret),
                                 ],
                                 resources=k8s.core.v1.ResourceRequirementsArgs(
                                     requests={"cpu": "250m", "memory": "512Mi"},

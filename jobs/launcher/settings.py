@@ -98,6 +98,8 @@ class InfraOutputs:
     gpu_node_hourly_usd: float | None = None
     prices_read_on: str = ""
     export_bucket: str = ""  # where the HF checkpoint is copied; "" when the infra has no export bucket
+    # The Secret with Ray's token (key RAY_AUTH_TOKEN) when the cluster requires one (Ray >= 2.52), else None.
+    ray_auth_secret: str | None = None
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,11 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
     cost: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     hourly = cost.get("gpuNodePerHour")
     image = need("nemoRlImage", str)
+    auth_secret = outputs.get("rayAuthSecret")
+    if auth_secret is not None and not (
+        isinstance(auth_secret, str) and re.fullmatch(r"[a-z0-9][a-z0-9.\-]*", auth_secret)
+    ):
+        raise ConfigError("infraStack output 'rayAuthSecret'", auth_secret, "a Secret name, or null")
     return InfraOutputs(
         namespace=need("namespace", str),
         ray_address=address,
@@ -228,6 +235,7 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         if isinstance(hourly, (int, float)) and not isinstance(hourly, bool)
         else None,
         prices_read_on=str(cost.get("pricesReadOn") or ""),
+        ray_auth_secret=auth_secret,
     )
 
 
