@@ -10,7 +10,9 @@ update the facts below and INSTALLER_COMMIT, and review the plan's diff.
 The DaemonSet keeps upstream's privileges: its install script (inside Google's image, /scripts/container_entry.sh)
 writes the plugin and its libraries onto the host, and Google publishes it as privileged with the host's network and
 PID namespaces. It runs in kube-system (where GKE's own node agents run), not in the Ray namespace, and only as an
-init container: the pod then idles in a pause container.
+init container: the pod then idles in a pause container. Ours, beyond upstream, and changing nothing the install
+does: no Kubernetes token (it never calls the API), the runtime's seccomp filter as the pod default (the privileged
+installer is unconfined anyway), and the idle pause container locked down and sized.
 """
 
 from __future__ import annotations
@@ -60,10 +62,21 @@ def daemonset_labels() -> dict[str, str]:
     return {"k8s-app": NAME}
 
 
+# The pause container: it only sleeps (the image runs as its own unprivileged user).
+PAUSE_SECURITY_CONTEXT = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+PAUSE_RESOURCES = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "10m", "memory": "16Mi"}}
+
+
 def pod_spec() -> dict[str, Any]:
     """The pod template's spec, as plain data (tested against the Kubernetes schema and upstream's facts)."""
     return {
         "priorityClassName": "system-node-critical",
+        "automountServiceAccountToken": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "affinity": {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -95,7 +108,14 @@ def pod_spec() -> dict[str, Any]:
                 ],
             }
         ],
-        "containers": [{"name": "pause", "image": PAUSE_IMAGE}],
+        "containers": [
+            {
+                "name": "pause",
+                "image": PAUSE_IMAGE,
+                "securityContext": PAUSE_SECURITY_CONTEXT,
+                "resources": PAUSE_RESOURCES,
+            }
+        ],
     }
 
 
