@@ -416,5 +416,5 @@ def test_a_built_in_namespace_is_used_not_created(run_infra: RunInfra):
 
 
 def test_the_head_account_cannot_take_the_workers_name(run_infra: RunInfra):
-    with pytest.raises(ConfigError, match="kubernetesServiceAccount.*workers"):
+    with pytest.raises(ConfigError, match=r"kubernetesServiceAccount.*workers"):
         run_infra("dev", {"kubernetesServiceAccount": "nemo-rl-dev-ray-worker"})
