@@ -72,6 +72,7 @@ KIND_ORDER = (
     "PersistentVolumeClaim",
     "GKENetworkParamSet",
     "Network",
+    "DaemonSet",
     "Job",
 )
 

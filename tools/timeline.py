@@ -84,7 +84,7 @@ DURATIONS: Mapping[str, Duration] = {
         1.0, "estimate: ~1 min, chart fetch and install; skipAwait, so no wait for the pods"
     ),
     "kubernetes:apps/v1:DaemonSet": Duration(0.5, "estimate: apply, and the installer's run on GPU nodes already up"),
-    "random:index/randomPassword:RandomPassword": Duration(0.01, "computed by the provider, no API call"),
+    "random:index/randomPassword:RandomPassword": Duration(0.01, "no cloud call: computed by the provider"),
     "kubernetes:core/v1:Namespace": Duration(0.05, "estimate: seconds (Kubernetes object)"),
     "kubernetes:core/v1:Secret": Duration(0.05, "estimate: seconds (Kubernetes object)"),
     "kubernetes:core/v1:ConfigMap": Duration(0.05, "estimate: seconds (Kubernetes object)"),
