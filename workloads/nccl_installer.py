@@ -47,14 +47,17 @@ IMAGE_GIB_DIR = "/var/lib/gib"  # what the image installs from
 def install_script() -> str:
     """The installer's steps: the image's own install, then its libraries next to the driver's and the whole plugin
     (lib64, scripts, tuner configs) into the gIB host directory."""
-    return "\n".join(
-        [
-            "set -ex",
-            "/scripts/container_entry.sh install",
-            f"cp -r {IMAGE_GIB_DIR}/lib64/. {MOUNT_PREFIX}{HOST_NVIDIA_LIB}",
-            f"cp -r {IMAGE_GIB_DIR}/. {MOUNT_PREFIX}{HOST_GIB}",
-            'echo "installation finishes"',
-        ]
+    return (
+        "\n".join(
+            [
+                "set -ex",
+                "/scripts/container_entry.sh install",
+                f"cp -r {IMAGE_GIB_DIR}/lib64/. {MOUNT_PREFIX}{HOST_NVIDIA_LIB}",
+                f"cp -r {IMAGE_GIB_DIR}/. {MOUNT_PREFIX}{HOST_GIB}",
+                'echo "installation finishes"',
+            ]
+        )
+        + "\n"
     )
 
 
