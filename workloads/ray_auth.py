@@ -71,7 +71,7 @@ class RayAuthToken(pulumi.ComponentResource):
             name,
             metadata=k8s.meta.v1.ObjectMetaArgs(name=args.secret_name, namespace=args.namespace),
             type="Opaque",
-            string_data={TOKEN_KEY: pulumi.Output.secret(self.password.result)},
+            string_data={TOKEN_KEY: self.password.result},  # secret: RandomPassword marks `result` so
             opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["data", "stringData"]),
         )
         self.register_outputs({"name": self.secret.metadata.name})
