@@ -548,7 +548,7 @@ def _authorized_networks(raw: Any) -> tuple[str, ...]:
         return ()
     if isinstance(raw, str):
         text = raw.strip()
-        if text.startswith("["):
+        if text.startswith(("[", "{")):
             try:
                 raw = json.loads(text)
             except ValueError:

@@ -97,7 +97,7 @@ def _ca() -> str:
 MOCK_PROJECT_NUMBER = "123456789012"
 
 
-def _dns_endpoint(location: Any) -> str:
+def mock_dns_endpoint(location: Any) -> str:
     return f"gke-0123456789abcdef0123456789abcdef-{MOCK_PROJECT_NUMBER}.{location}.gke.goog"
 
 
@@ -143,7 +143,7 @@ class CloudMocks(pulumi_mocks.Mocks):
         if typ == "gcp:container/cluster:Cluster":
             # GKE fills in the DNS endpoint's name: gke-<cluster uid>-<project number>.<region>.gke.goog.
             endpoints = dict(inputs.get("controlPlaneEndpointsConfig") or {})
-            dns = {**(endpoints.get("dnsEndpointConfig") or {}), "endpoint": _dns_endpoint(inputs.get("location"))}
+            dns = {**(endpoints.get("dnsEndpointConfig") or {}), "endpoint": mock_dns_endpoint(inputs.get("location"))}
             state.update(
                 endpoint="203.0.113.10",
                 masterAuth={**(inputs.get("masterAuth") or {}), "clusterCaCertificate": _ca()},
