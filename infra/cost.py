@@ -183,7 +183,11 @@ def estimate(inputs: CostInputs) -> CostEstimate:
     cpu_disk = _disk_monthly(reader, inputs.cpu_boot_disk_type, inputs.cpu_boot_disk_gib)
     lustre_rate = reader.price(
         f"Managed Lustre at {inputs.lustre_tier} MB/s/TiB",
-        {region: tiers[inputs.lustre_tier] for region, tiers in LUSTRE_GIB_MONTH.items() if inputs.lustre_tier in tiers},
+        {
+            region: tiers[inputs.lustre_tier]
+            for region, tiers in LUSTRE_GIB_MONTH.items()
+            if inputs.lustre_tier in tiers
+        },
     )
     lustre = None if lustre_rate is None else lustre_rate * inputs.lustre_capacity_gib
     bucket = reader.price("Cloud Storage Standard", STORAGE_GB_MONTH) if inputs.export_bucket else None
