@@ -201,9 +201,8 @@ def estimate(inputs: CostInputs) -> CostEstimate:
     def hourly(monthly: float | None) -> float:
         return (monthly or 0.0) / HOURS_PER_MONTH
 
-    always = (
-        GKE_CLUSTER_HOURLY.usd + inputs.cpu_nodes * ((cpu or 0.0) + hourly(cpu_disk)) + hourly(lustre)
-    )  # fmt: skip
+    # What bills whatever the GPUs do: the cluster fee, the CPU pool's minimum and its disks, Lustre.
+    always = GKE_CLUSTER_HOURLY.usd + inputs.cpu_nodes * ((cpu or 0.0) + hourly(cpu_disk)) + hourly(lustre)
 
     def total(billed_gpus: int, running_gpus: int) -> float:
         nat = _nat_hourly(inputs.cpu_nodes + running_gpus) if inputs.cloud_nat else 0.0
