@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -122,6 +123,8 @@ class InfraSettings:
     private_nodes: bool = True
     authorized_networks: tuple[str, ...] = ()
     database_encryption_key: str | None = None  # a Cloud KMS key for application-layer Secrets encryption
+    # The user's own rate for one GPU node-hour (committed use, negotiated); None: the price table's.
+    gpu_node_hourly_price: float | None = None
 
     @property
     def export_bucket_name(self) -> str:
@@ -515,6 +518,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         private_nodes=private_nodes,
         authorized_networks=_authorized_networks(values.get("authorizedNetworks")),
         database_encryption_key=_database_encryption_key(values.get("databaseEncryptionKey", ""), region),
+        gpu_node_hourly_price=_gpu_node_hourly_price(values.get("gpuNodeHourlyPrice", "")),
     )
 
 
@@ -601,6 +605,25 @@ def _database_encryption_key(value: Any, region: str) -> str | None:
     return key_name
 
 
+def _gpu_node_hourly_price(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        price = float(str(value))
+    except (TypeError, ValueError):
+        price = math.nan
+    if not math.isfinite(price) or price <= 0:
+        raise ConfigError(
+            "gpuNodeHourlyPrice",
+            value,
+            "a positive number of US dollars per GPU node-hour, such as 61.50 (your committed-use or negotiated "
+            "rate), or empty for the price table's rate",
+        )
+    return price
+
+
 def _export_bucket(value: Any) -> str:
     bucket = str(value or "")
     if bucket and bucket != EXPORT_BUCKET_CREATE and (not _BUCKET_RE.match(bucket) or bucket.startswith("goog")):
@@ -622,6 +645,7 @@ _PLAIN_KEYS = (
     "rayAutoscaling", "rayIdleTimeoutSeconds",
     "exportBucket",
     "privateNodes", "authorizedNetworks", "databaseEncryptionKey",
+    "gpuNodeHourlyPrice",
 )  # fmt: skip
 _OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker")
 
