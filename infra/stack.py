@@ -11,6 +11,7 @@ from infra.cost import CostInputs, estimate
 from infra.export_bucket import ExportBucket, ExportBucketArgs
 from infra.gpu_pool import GpuNodePool, GpuNodePoolArgs
 from infra.lustre import LustreArgs, ManagedLustre
+from infra.nat import ClusterEgress, ClusterEgressArgs
 from infra.network import Networks, NetworksArgs
 from infra.presets import BOOT_DISK_GIB, CPU_BOOT_DISK_TYPE
 from infra.services import ProjectServices, ProjectServicesArgs
@@ -25,6 +26,7 @@ class Infra:
     lustre: ManagedLustre
     services: ProjectServices
     export_bucket: ExportBucket | None = None
+    egress: ClusterEgress | None = None  # Cloud NAT, with private nodes
 
 
 def build_infra(settings: InfraSettings) -> Infra:
@@ -72,8 +74,24 @@ def build_infra(settings: InfraSettings) -> Infra:
             services=services,
             maintenance_window_start=settings.maintenance_window_start,
             maintenance_exclusion=settings.maintenance_exclusion,
+            private_nodes=settings.private_nodes,
+            authorized_networks=settings.authorized_networks,
+            database_encryption_key=settings.database_encryption_key,
         ),
     )
+    # Private nodes reach nvcr.io and Hugging Face through Cloud NAT; nodes with public IPs need none.
+    egress = None
+    if settings.private_nodes:
+        egress = ClusterEgress(
+            "egress",
+            ClusterEgressArgs(
+                name_prefix=settings.cluster_name,
+                project=settings.project,
+                region=settings.region,
+                networks=networks,
+                services=services,
+            ),
+        )
     gpu_pool = GpuNodePool(
         "gpu",
         GpuNodePoolArgs(
@@ -108,6 +126,7 @@ def build_infra(settings: InfraSettings) -> Infra:
         lustre=lustre,
         services=services,
         export_bucket=export_bucket,
+        egress=egress,
     )
 
 
@@ -130,6 +149,7 @@ def cost_inputs(settings: InfraSettings) -> CostInputs:
         cpu_boot_disk_gib=BOOT_DISK_GIB,
         export_bucket=settings.export_bucket == EXPORT_BUCKET_CREATE,
         gpu_node_hourly_price=settings.gpu_node_hourly_price,
+        cloud_nat=settings.private_nodes,  # ClusterEgress exists exactly then
     )
 
 
