@@ -11,7 +11,7 @@ from typing import Any
 
 import pulumi
 
-from infra import gke_rules
+from infra import day2, gke_rules
 from infra.nemo_rl_releases import DEFAULT_IMAGE, NEMO_RL_RELEASES, NemoRlRelease, release_for
 from infra.presets import CPU_MACHINES, GPU_PRESETS, CpuMachine, GpuPreset
 from infra.sizing import allocatable_cpu, allocatable_memory_bytes, cpu_cores, memory_bytes
@@ -114,6 +114,8 @@ class InfraSettings:
     gpu_autoscaling: bool
     idle_timeout_seconds: int
     export_bucket: str  # "" (no export), "create", or an existing bucket's name
+    # Keys whose change the user accepts to replace what it replaces (infra/day2.py); empty by default.
+    allow_replace: tuple[str, ...] = ()
 
     @property
     def export_bucket_name(self) -> str:
@@ -503,7 +505,24 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         gpu_autoscaling=gpu_autoscaling,
         idle_timeout_seconds=idle_timeout,
         export_bucket=_export_bucket(values.get("exportBucket", "")),
+        allow_replace=_allow_replace(values.get(day2.ALLOW_REPLACE_KEY)),
     )
+
+
+def _allow_replace(raw: Any) -> tuple[str, ...]:
+    """The keys a user lets replace what they replace: `pulumi config set --path 'allowReplace[0]' zone`."""
+    key = day2.ALLOW_REPLACE_KEY
+    if raw is None or raw == "":
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+        raise ConfigError(key, raw, f"a list of key names, set with: pulumi config set --path '{key}[0]' zone")
+    known = day2.REPLACEABLE_KEYS
+    for item in raw:
+        if item not in known:
+            effect = day2.EFFECTS_BY_KEY.get(item)
+            why = f"{item} is refused even when listed ({effect.what}); " if effect and effect.guarded else ""
+            raise ConfigError(f"{key}[{raw.index(item)}]", item, f"{why}one of {', '.join(known)}")
+    return tuple(dict.fromkeys(raw))
 
 
 def _export_bucket(value: Any) -> str:
@@ -527,7 +546,7 @@ _PLAIN_KEYS = (
     "rayAutoscaling", "rayIdleTimeoutSeconds",
     "exportBucket",
 )  # fmt: skip
-_OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker")
+_OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker", day2.ALLOW_REPLACE_KEY)
 
 
 _SECRET_KEYS = ("hfToken", "wandbApiKey")

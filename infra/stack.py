@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 
+from infra import day2
 from infra.cluster import ClusterArgs, GkeCluster
 from infra.cost import CostInputs, estimate
 from infra.export_bucket import ExportBucket, ExportBucketArgs
@@ -24,6 +27,25 @@ class Infra:
     lustre: ManagedLustre
     services: ProjectServices
     export_bucket: ExportBucket | None = None
+
+
+def self_reference_name() -> str:
+    """This stack, as a StackReference names it: `<organization>/<project>/<stack>`."""
+    return f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+
+
+async def check_against_last_deployment(current: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    """Read what the last deployment recorded (the stack's own `deployedSettings` output; none on a first
+    deployment) and raise day2.ReplacementRefused for a change that is not allowed. Warns about allowReplace
+    entries that change nothing now: left there, they would let a later change through unasked."""
+    last = pulumi.StackReference(self_reference_name())
+    details = await last.get_output_details(day2.DEPLOYED_SETTINGS_OUTPUT)
+    previous = details.value if details.value is not None else details.secret_value
+    for key in day2.check(previous, current, allowed):
+        pulumi.log.warn(
+            f"allowReplace lists {key}, which does not change now: remove it once the change is deployed "
+            f"(pulumi config rm --path 'allowReplace[{allowed.index(key)}]')"
+        )
 
 
 def build_infra(settings: InfraSettings) -> Infra:
