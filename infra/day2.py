@@ -88,15 +88,16 @@ EFFECTS: tuple[KeyEffect, ...] = (
     KeyEffect(
         "gcp:region",
         REPLACES,
-        f"the cluster and its node pools, every subnet, {_LUSTRE_LOST} (its zone moves too); {_TRAINING_DIES}",
+        f"the cluster and its node pools, every subnet and, as the zone moves with the region, {_LUSTRE_LOST}; "
+        f"{_TRAINING_DIES}",
         "container_cluster location FN, compute_subnetwork region FN",
         ray_template=True,
     ),
     KeyEffect(
         "clusterName",
         REPLACES,
-        f"every named resource: the cluster, the networks, the service accounts, {_LUSTRE_LOST} (its id is "
-        f"<clusterName>-lustre), the Ray cluster; {_TRAINING_DIES}",
+        f"every named resource: the cluster, the networks, the service accounts, the Ray cluster and, as its id is "
+        f"CLUSTERNAME-lustre, {_LUSTRE_LOST}; {_TRAINING_DIES}",
         "container_cluster name, lustre_instance instance_id, compute_network name FN",
         ray_template=True,
     ),
@@ -201,8 +202,7 @@ EFFECTS: tuple[KeyEffect, ...] = (
     KeyEffect(
         "namespace",
         REPLACES,
-        f"every namespaced Kubernetes object: the Lustre claim, the tokens, the service account and "
-        f"{_RAY_REPLACED}",
+        f"every namespaced Kubernetes object: the Lustre claim, the tokens, the service account and {_RAY_REPLACED}",
         "Kubernetes metadata.namespace is immutable",
         ray_template=True,
     ),
@@ -346,6 +346,17 @@ def _contains(old: Any, new: Any) -> bool:
         return False
 
 
+def _plain(value: Any) -> Any:
+    """Numbers come back from stack outputs as floats: 18000.0 is 18000."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
 def _in_place(effect: KeyEffect, old: Any, new: Any) -> bool:
     if effect.in_place_if == "superset":
         return _contains(old, new)
@@ -377,7 +388,7 @@ def refusals(previous: Mapping[str, Any] | None, current: Mapping[str, Any], all
             continue
         if effect.key not in previous or effect.key not in current:
             continue
-        old, new = previous[effect.key], current[effect.key]
+        old, new = _plain(previous[effect.key]), _plain(current[effect.key])
         if old == new or _in_place(effect, old, new):
             continue
         ray_template_keys_changed |= effect.ray_template
@@ -402,15 +413,16 @@ def refusals(previous: Mapping[str, Any] | None, current: Mapping[str, Any], all
 
 
 def _replacement_line(change: str, effect: KeyEffect, old: Any, index: int) -> str:
-    verb = "recreates nodes:" if effect.effect == ROLLS_NODES else "replaces"
-    what = effect.what.removeprefix("recreates ") if effect.effect == ROLLS_NODES else effect.what
+    verb = "" if effect.effect == ROLLS_NODES else "replaces "
     return (
-        f"{change} {verb} {what}; to go ahead: pulumi config set --path '{ALLOW_REPLACE_KEY}[{index}]' "
+        f"{change} {verb}{effect.what}; to go ahead: pulumi config set --path '{ALLOW_REPLACE_KEY}[{index}]' "
         f"{effect.key}, or {_put_back(effect.key, old)}"
     )
 
 
-def unused_allowances(previous: Mapping[str, Any] | None, current: Mapping[str, Any], allowed: Collection[str]) -> list[str]:
+def unused_allowances(
+    previous: Mapping[str, Any] | None, current: Mapping[str, Any], allowed: Collection[str]
+) -> list[str]:
     """Keys listed in allowReplace that do not change now: left there, they would let a later change through."""
     if not previous:
         return []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -600,9 +601,13 @@ def load() -> tuple[InfraSettings, Secrets]:
         if value is not None:
             values[key] = value
     for key in _OBJECT_KEYS:
-        obj = config.get_object(key)
-        if obj is not None:
-            values[key] = obj
+        text = config.get(key)
+        if text is not None:
+            try:
+                values[key] = json.loads(text)
+            except ValueError:
+                values[key] = text  # not JSON (set without --path): the key's own check names it
+
     hf_token = config.get_secret("hfToken")
     if hf_token is None:
         raise ConfigError(

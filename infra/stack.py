@@ -155,6 +155,8 @@ def export_infra(settings: InfraSettings, infra: Infra) -> None:
     pulumi.export("zone", settings.zone)
     pulumi.export("clusterName", infra.cluster.cluster.name)
     pulumi.export("clusterLocation", infra.cluster.cluster.location)
+    # The job stack's Kubernetes provider takes it as cluster_identifier: replaced only with the cluster.
+    pulumi.export("clusterId", infra.cluster.cluster_identifier)
     pulumi.export("kubernetesMinorVersion", settings.gke_minor)
     pulumi.export("kubeconfig", infra.cluster.kubeconfig)
     pulumi.export("clusterNetwork", infra.networks.cluster_network.name)
