@@ -368,9 +368,15 @@ def _in_place(effect: KeyEffect, old: Any, new: Any) -> bool:
     return False
 
 
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_show(value[k])}" for k in sorted(value)) + "}"
+    return repr(value)
+
+
 def _put_back(key: str, old: Any) -> str:
     if isinstance(old, (list, dict)):
-        return f"put the old value back ({old})"
+        return f"put the old value back ({_show(old)})"
     flag = "--path " if "." in key else ""
     return f"put the old value back: pulumi config set {flag}{key} {old}"
 
@@ -392,7 +398,7 @@ def refusals(previous: Mapping[str, Any] | None, current: Mapping[str, Any], all
         if old == new or _in_place(effect, old, new):
             continue
         ray_template_keys_changed |= effect.ray_template
-        change = f"{effect.key}: {old!r} -> {new!r}"
+        change = f"{effect.key}: {_show(old)} -> {_show(new)}"
         if effect.effect == REFUSED:
             lines.append(f"{change} is refused: {effect.what}; {_put_back(effect.key, old)}")
         elif effect.key not in allowed:

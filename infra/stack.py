@@ -38,7 +38,7 @@ async def check_against_last_deployment(current: Mapping[str, Any], allowed: tup
     """Read what the last deployment recorded (the stack's own `deployedSettings` output; none on a first
     deployment) and raise day2.ReplacementRefused for a change that is not allowed. Warns about allowReplace
     entries that change nothing now: left there, they would let a later change through unasked."""
-    last = pulumi.StackReference(self_reference_name())
+    last = pulumi.StackReference("last-deployment", stack_name=self_reference_name())
     details = await last.get_output_details(day2.DEPLOYED_SETTINGS_OUTPUT)
     previous = details.value if details.value is not None else details.secret_value
     for key in day2.check(previous, current, allowed):

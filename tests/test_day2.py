@@ -127,7 +127,8 @@ def test_a_replacing_change_is_refused_before_anything_then_allowed_once_listed(
     ) == sorted(changed)
     line = next(line for line in lines if line.startswith(f"{key}: "))
     old = deployed[day2.DEPLOYED_SETTINGS_OUTPUT][key]
-    assert repr(old) in line  # key, old value, new value, what it replaces, how to go ahead
+    shown = "{" + ", ".join(f"{k}: {old[k]!r}" for k in sorted(old)) + "}" if isinstance(old, dict) else repr(old)
+    assert line.startswith(f"{key}: {shown} -> ")  # key, old value, new value, what it replaces, how to go ahead
     assert f"pulumi config set --path 'allowReplace[0]' {key}" in line
     assert "put the old value back" in line
     assert day2.EFFECTS_BY_KEY[key].what in line
