@@ -282,6 +282,7 @@ EFFECTS: tuple[KeyEffect, ...] = (
         "the Ray service account's bucket grant (a created bucket is kept while protectData)",
         "storage bucket IAM member",
     ),
+    KeyEffect("gpuNodeHourlyPrice", IN_PLACE, "the cost estimate only (a stack output)", "infra/cost.py"),
     KeyEffect(
         "hfToken",
         IN_PLACE,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -117,6 +118,8 @@ class InfraSettings:
     export_bucket: str  # "" (no export), "create", or an existing bucket's name
     # Keys whose change the user accepts to replace what it replaces (infra/day2.py); empty by default.
     allow_replace: tuple[str, ...] = ()
+    # The user's own rate for one GPU node-hour (committed use, negotiated); None: the price table's.
+    gpu_node_hourly_price: float | None = None
 
     @property
     def export_bucket_name(self) -> str:
@@ -507,6 +510,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         idle_timeout_seconds=idle_timeout,
         export_bucket=_export_bucket(values.get("exportBucket", "")),
         allow_replace=_allow_replace(values.get(day2.ALLOW_REPLACE_KEY)),
+        gpu_node_hourly_price=_gpu_node_hourly_price(values.get("gpuNodeHourlyPrice", "")),
     )
 
 
@@ -524,6 +528,25 @@ def _allow_replace(raw: Any) -> tuple[str, ...]:
             why = f"{item} is refused even when listed ({effect.what}); " if effect and effect.guarded else ""
             raise ConfigError(f"{key}[{raw.index(item)}]", item, f"{why}one of {', '.join(known)}")
     return tuple(dict.fromkeys(raw))
+
+
+def _gpu_node_hourly_price(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        price = float(str(value))
+    except (TypeError, ValueError):
+        price = math.nan
+    if not math.isfinite(price) or price <= 0:
+        raise ConfigError(
+            "gpuNodeHourlyPrice",
+            value,
+            "a positive number of US dollars per GPU node-hour, such as 61.50 (your committed-use or negotiated "
+            "rate), or empty for the price table's rate",
+        )
+    return price
 
 
 def _export_bucket(value: Any) -> str:
@@ -546,6 +569,7 @@ _PLAIN_KEYS = (
     "maintenanceWindowStart", "maintenanceExclusion", "maxRunHours",
     "rayAutoscaling", "rayIdleTimeoutSeconds",
     "exportBucket",
+    "gpuNodeHourlyPrice",
 )  # fmt: skip
 _OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker", day2.ALLOW_REPLACE_KEY)
 
