@@ -152,6 +152,7 @@ class GkeCluster(pulumi.ComponentResource):
     kms_binding: gcp.kms.CryptoKeyIAMMember | None
     dns_endpoint: pulumi.Output[str]
     kubeconfig: pulumi.Output[str]
+    cluster_identifier: pulumi.Output[str]
     provider: k8s.Provider
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -303,9 +304,15 @@ class GkeCluster(pulumi.ComponentResource):
                 lambda parts: build_kubeconfig(str(parts[0]), str(parts[1]))
             )
         )
+        # Only a new cluster replaces the provider (and with it every Kubernetes object of the stack); a changed
+        # kubeconfig (endpoint, CA rotation, the DNS endpoint) is an update. The id names project, location and
+        # cluster; a cluster replaced under the same name is caught by the engine, which replaces the dependents
+        # of a delete-before-replace whose inputs come from it (this one does).
+        self.cluster_identifier = self.cluster.id
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,
+            cluster_identifier=self.cluster_identifier,
             enable_server_side_apply=True,
             opts=child,
         )

@@ -13,7 +13,7 @@ from typing import Any
 
 import pulumi
 
-from infra import gke_rules
+from infra import day2, gke_rules
 from infra.nemo_rl_releases import DEFAULT_IMAGE, NEMO_RL_RELEASES, NemoRlRelease, release_for
 from infra.presets import CPU_MACHINES, GPU_PRESETS, CpuMachine, GpuPreset
 from infra.sizing import allocatable_cpu, allocatable_memory_bytes, cpu_cores, memory_bytes
@@ -123,6 +123,8 @@ class InfraSettings:
     private_nodes: bool = True
     authorized_networks: tuple[str, ...] = ()
     database_encryption_key: str | None = None  # a Cloud KMS key for application-layer Secrets encryption
+    # Keys whose change the user accepts to replace what it replaces (infra/day2.py); empty by default.
+    allow_replace: tuple[str, ...] = ()
     # The user's own rate for one GPU node-hour (committed use, negotiated); None: the price table's.
     gpu_node_hourly_price: float | None = None
 
@@ -518,6 +520,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         private_nodes=private_nodes,
         authorized_networks=_authorized_networks(values.get("authorizedNetworks")),
         database_encryption_key=_database_encryption_key(values.get("databaseEncryptionKey", ""), region),
+        allow_replace=_allow_replace(values.get(day2.ALLOW_REPLACE_KEY)),
         gpu_node_hourly_price=_gpu_node_hourly_price(values.get("gpuNodeHourlyPrice", "")),
     )
 
@@ -605,6 +608,22 @@ def _database_encryption_key(value: Any, region: str) -> str | None:
     return key_name
 
 
+def _allow_replace(raw: Any) -> tuple[str, ...]:
+    """The keys a user lets replace what they replace: `pulumi config set --path 'allowReplace[0]' zone`."""
+    key = day2.ALLOW_REPLACE_KEY
+    if raw is None or raw == "":
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+        raise ConfigError(key, raw, f"a list of key names, set with: pulumi config set --path '{key}[0]' zone")
+    known = day2.REPLACEABLE_KEYS
+    for item in raw:
+        if item not in known:
+            effect = day2.EFFECTS_BY_KEY.get(item)
+            why = f"{item} is refused even when listed ({effect.what}); " if effect and effect.guarded else ""
+            raise ConfigError(f"{key}[{raw.index(item)}]", item, f"{why}one of {', '.join(known)}")
+    return tuple(dict.fromkeys(raw))
+
+
 def _gpu_node_hourly_price(value: Any) -> float | None:
     if value is None or value == "":
         return None
@@ -647,7 +666,7 @@ _PLAIN_KEYS = (
     "privateNodes", "authorizedNetworks", "databaseEncryptionKey",
     "gpuNodeHourlyPrice",
 )  # fmt: skip
-_OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker")
+_OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker", day2.ALLOW_REPLACE_KEY)
 
 
 _SECRET_KEYS = ("hfToken", "wandbApiKey")
@@ -701,9 +720,13 @@ def load() -> tuple[InfraSettings, Secrets]:
         if value is not None:
             values[key] = value
     for key in _OBJECT_KEYS:
-        obj = config.get_object(key)
-        if obj is not None:
-            values[key] = obj
+        text = config.get(key)
+        if text is not None:
+            try:
+                values[key] = json.loads(text)
+            except ValueError:
+                values[key] = text  # not JSON (set without --path): the key's own check names it
+
     hf_token = config.get_secret("hfToken")
     if hf_token is None:
         raise ConfigError(

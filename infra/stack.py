@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 
+from infra import day2
 from infra.cluster import ClusterArgs, GkeCluster
 from infra.cost import CostInputs, estimate
 from infra.export_bucket import ExportBucket, ExportBucketArgs
@@ -27,6 +30,25 @@ class Infra:
     services: ProjectServices
     export_bucket: ExportBucket | None = None
     egress: ClusterEgress | None = None  # Cloud NAT, with private nodes
+
+
+def self_reference_name() -> str:
+    """This stack, as a StackReference names it: `<organization>/<project>/<stack>`."""
+    return f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+
+
+async def check_against_last_deployment(current: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    """Read what the last deployment recorded (the stack's own `deployedSettings` output; none on a first
+    deployment) and raise day2.ReplacementRefused for a change that is not allowed. Warns about allowReplace
+    entries that change nothing now: left there, they would let a later change through unasked."""
+    last = pulumi.StackReference("last-deployment", stack_name=self_reference_name())
+    details = await last.get_output_details(day2.DEPLOYED_SETTINGS_OUTPUT)
+    previous = details.value if details.value is not None else details.secret_value
+    for key in day2.check(previous, current, allowed):
+        pulumi.log.warn(
+            f"allowReplace lists {key}, which does not change now: remove it once the change is deployed "
+            f"(pulumi config rm --path 'allowReplace[{allowed.index(key)}]')"
+        )
 
 
 def build_infra(settings: InfraSettings) -> Infra:
@@ -160,6 +182,8 @@ def export_infra(settings: InfraSettings, infra: Infra) -> None:
     pulumi.export("zone", settings.zone)
     pulumi.export("clusterName", infra.cluster.cluster.name)
     pulumi.export("clusterLocation", infra.cluster.cluster.location)
+    # The job stack's Kubernetes provider takes it as cluster_identifier: replaced only with the cluster.
+    pulumi.export("clusterId", infra.cluster.cluster_identifier)
     pulumi.export("kubernetesMinorVersion", settings.gke_minor)
     pulumi.export("kubeconfig", infra.cluster.kubeconfig)
     pulumi.export("clusterNetwork", infra.networks.cluster_network.name)

@@ -17,6 +17,9 @@ So the Ray containers get no privileged flag and no added capabilities.
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -325,6 +328,24 @@ def build_ray_values(settings: InfraSettings, refs: RayClusterRefs) -> dict[str,
         "worker": {"disabled": True},
         "additionalWorkerGroups": {WORKER_GROUP: _gpu_workers(settings, refs)},
     }
+
+
+# What KubeRay 1.5.1 applies to a running cluster: the worker counts (reconcilePods scales the group) and the
+# autoscaler's idle timeout (the autoscaler reads the RayCluster). Everything else only reaches new pods.
+_APPLIED_TO_RUNNING_PODS = (("replicas",), ("minReplicas",), ("maxReplicas",))
+_HEAD_APPLIED = ("autoscalerOptions", "idleTimeoutSeconds")
+
+
+def pod_template_digest(values: dict[str, Any]) -> str:
+    """A digest of what KubeRay creates Ray pods from: the chart values without what it applies to running pods.
+    It changes exactly when running pods would differ from new ones, and then the RayCluster is replaced
+    (workloads/raycluster.py) and the day-2 guard asks first (infra/day2.py)."""
+    template = copy.deepcopy(values)
+    template.get("head", {}).get(_HEAD_APPLIED[0], {}).pop(_HEAD_APPLIED[1], None)
+    for group in [template.get("worker", {}), *template.get("additionalWorkerGroups", {}).values()]:
+        for (field,) in _APPLIED_TO_RUNNING_PODS:
+            group.pop(field, None)
+    return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def fluent_bit_config(cluster_name: str) -> dict[str, str]:

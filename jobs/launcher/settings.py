@@ -91,6 +91,8 @@ class InfraOutputs:
     lustre_capacity_gib: int
     lustre_throughput_mbps_per_tib: int
     dashboard_port_forward: str
+    # The infra's cluster id: the Kubernetes provider's cluster_identifier (a kubeconfig change is then an update).
+    cluster_id: str
     # Optional: GPU workers scale from zero (KubeRay autoscaler), asked for through Ray Client before the run.
     ray_autoscaling: bool = False
     ray_client_address: str | None = None
@@ -223,6 +225,7 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         lustre_capacity_gib=need("lustreCapacityGib", (int,)),
         lustre_throughput_mbps_per_tib=need("lustreThroughputMbpsPerTib", (int,)),
         dashboard_port_forward=need("dashboardPortForward", str),
+        cluster_id=need("clusterId", str),
         export_bucket=str(outputs.get("exportBucket") or ""),  # optional: older infra stacks have none
         ray_autoscaling=autoscaling,
         ray_client_address=client_address if autoscaling else None,
