@@ -1,11 +1,25 @@
-"""nemo-rl-gke infra program: settings -> components -> stack outputs."""
+"""nemo-rl-gke infra program: settings -> day-2 guard -> components -> stack outputs."""
 
+import pulumi
+
+from infra import day2
 from infra import settings as infra_settings
-from infra.stack import build_infra, export_infra
-from workloads.stack import build_workloads, export_workloads
+from infra.stack import build_infra, check_against_last_deployment, export_infra
+from workloads.stack import build_workloads, export_workloads, ray_pod_template
 
 settings, secrets = infra_settings.load()
-infra = build_infra(settings)
-workloads = build_workloads(settings, secrets, infra)
-export_infra(settings, infra)
-export_workloads(settings, workloads)
+has_wandb_key = secrets.wandb_api_key is not None
+deployed = day2.deployed_settings(settings, ray_pod_template(settings, has_wandb_key), has_wandb_key)
+
+
+async def main() -> None:
+    # Before anything is registered: refuse a change that would replace what the last deployment built.
+    await check_against_last_deployment(deployed, settings.allow_replace)
+    infra = build_infra(settings)
+    workloads = build_workloads(settings, secrets, infra)
+    export_infra(settings, infra)
+    export_workloads(settings, workloads)
+    pulumi.export(day2.DEPLOYED_SETTINGS_OUTPUT, deployed)
+
+
+pulumi.run(main)

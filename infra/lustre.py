@@ -11,6 +11,8 @@ import pulumi_gcp as gcp
 from infra.services import ProjectServices
 from infra.settings import LustreSettings
 
+LUSTRE_PREVENT_DELETION = "PREVENT"
+
 
 @dataclass(frozen=True)
 class LustreArgs:
@@ -70,7 +72,12 @@ class ManagedLustre(pulumi.ComponentResource):
             project=args.project,
             network=args.network_id,
             direction="INGRESS",
-            source_ranges=[args.peering_range],
+            # From the address resource, not the config: the firewall follows the range actually reserved.
+            source_ranges=[
+                pulumi.Output.concat(
+                    self.peering_range.address, "/", self.peering_range.prefix_length.apply(lambda n: str(n))
+                )
+            ],
             allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=["988", "6988"])],
             opts=child,
         )
@@ -84,6 +91,9 @@ class ManagedLustre(pulumi.ComponentResource):
             per_unit_storage_throughput=str(args.settings.throughput_mbps_per_tib),
             filesystem=args.settings.filesystem,
             gke_support_enabled=True,
+            # A second lock beside Pulumi's protect: the provider refuses to delete the instance (destroy or
+            # replacement) while its state says PREVENT. Lifted by setting protectData false and running `pulumi up`.
+            deletion_policy=LUSTRE_PREVENT_DELETION if args.protect else None,
             # The instance can only be created once the peering exists; nothing carries that as data.
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[self.peering, *services.needed_by("lustre")], protect=args.protect

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -11,7 +13,7 @@ from typing import Any
 
 import pulumi
 
-from infra import gke_rules
+from infra import day2, gke_rules
 from infra.nemo_rl_releases import DEFAULT_IMAGE, NEMO_RL_RELEASES, NemoRlRelease, release_for
 from infra.presets import CPU_MACHINES, GPU_PRESETS, CpuMachine, GpuPreset
 from infra.sizing import allocatable_cpu, allocatable_memory_bytes, cpu_cores, memory_bytes
@@ -30,7 +32,9 @@ _DNS_LABEL_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _ZONE_RE = re.compile(r"^([a-z]+-[a-z]+[0-9]+)-[a-z]$")
 _MAINTENANCE_WINDOW_RE = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 _RFC1918 = tuple(ipaddress.IPv4Network(cidr) for cidr in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
-_IMAGE_RE = re.compile(r"^[a-z0-9.\-/:]+:[A-Za-z0-9_.\-]+$")
+_IMAGE_RE = re.compile(r"^[a-z0-9.\-/:]+:[A-Za-z0-9_.\-]+$")  # repository:tag (the digest is split off first)
+# An image digest as registries give it: the tag still names the NeMo RL release, the digest pins its bytes.
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _RAY_VERSION_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 # A Cloud Storage bucket name without dots (dotted names need domain verification).
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$")
@@ -114,6 +118,15 @@ class InfraSettings:
     gpu_autoscaling: bool
     idle_timeout_seconds: int
     export_bucket: str  # "" (no export), "create", or an existing bucket's name
+    # Security of the cluster itself (issue 17): nodes without public IPs (Cloud NAT for egress), the control plane
+    # reached through its IAM-gated DNS endpoint, its IP endpoint off unless authorized networks are given.
+    private_nodes: bool = True
+    authorized_networks: tuple[str, ...] = ()
+    database_encryption_key: str | None = None  # a Cloud KMS key for application-layer Secrets encryption
+    # Keys whose change the user accepts to replace what it replaces (infra/day2.py); empty by default.
+    allow_replace: tuple[str, ...] = ()
+    # The user's own rate for one GPU node-hour (committed use, negotiated); None: the price table's.
+    gpu_node_hourly_price: float | None = None
 
     @property
     def export_bucket_name(self) -> str:
@@ -315,7 +328,7 @@ def _shm_size(value: Any, ray_worker: PodResources) -> str:
     return size
 
 
-def _gke_version(value: Any, preset: GpuPreset, provisioning: str) -> str:
+def _gke_version(value: Any, preset: GpuPreset, provisioning: str, private_nodes: bool) -> str:
     """A bare minor (GKE picks that minor's current patch) or a full version, at or above every floor that applies
     (gke_rules: the GPU's RDMA floor, the Lustre CSI driver's, flex-start's)."""
     version = str(value)
@@ -327,7 +340,7 @@ def _gke_version(value: Any, preset: GpuPreset, provisioning: str) -> str:
     rdma = gke_rules.VersionFloor(
         preset.min_gke_version, f"GPUDirect RDMA on {preset.gpu_type}", "GKE docs: gpu-bandwidth-gpudirect-rdma"
     )
-    floors = gke_rules.version_floors(rdma, provisioning)
+    floors = gke_rules.version_floors(rdma, provisioning, private_nodes)
     for floor in sorted(floors, key=lambda f: gke_rules.parse_gke_version(f.version) or (), reverse=True):
         if gke_rules.below_floor(version, floor):
             raise ConfigError(
@@ -431,9 +444,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
     if ksa == f"{cluster_name}-ray-worker":  # workloads.stack.worker_service_account: the workers' own account
         raise ConfigError("kubernetesServiceAccount", ksa, f"any name but {ksa}, the GPU workers' own account")
 
-    image = str(values.get("nemoRlImage", DEFAULT_IMAGE))
-    if not _IMAGE_RE.match(image) or image.endswith(":latest"):
-        raise ConfigError("nemoRlImage", image, f"an image reference with a pinned tag, e.g. {DEFAULT_IMAGE}")
+    image = _image(values.get("nemoRlImage", DEFAULT_IMAGE))
     release = release_for(image)
     ray_version = values.get("rayVersion") or (release.ray_version if release else None)
     if release and str(ray_version) != release.ray_version:
@@ -454,6 +465,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         raise ConfigError("rayVersion", ray_version, "a Ray release such as 2.49.2")
 
     maintenance_window_start, maintenance_exclusion = _maintenance(values)
+    private_nodes = _as_bool("privateNodes", values.get("privateNodes", True))
     # On by default where idle GPUs cost money that can be saved (spot, flex-start); a reservation bills anyway.
     # Empty (the declared default) means: by provisioning mode.
     autoscaling_raw = values.get("rayAutoscaling")
@@ -483,7 +495,9 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         gpu_nodes=gpu_nodes,
         ray_worker_replicas=replicas,
         cluster_name=cluster_name,
-        gke_version=_gke_version(values.get("gkeVersion", gke_rules.DEFAULT_GKE_VERSION), preset, provisioning),
+        gke_version=_gke_version(
+            values.get("gkeVersion", gke_rules.DEFAULT_GKE_VERSION), preset, provisioning, private_nodes
+        ),
         release_channel=release_channel,
         cpu_machine_type=cpu_machine_type,
         cpu_pool_min_nodes=cpu_min,
@@ -506,7 +520,130 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         gpu_autoscaling=gpu_autoscaling,
         idle_timeout_seconds=idle_timeout,
         export_bucket=_export_bucket(values.get("exportBucket", "")),
+        private_nodes=private_nodes,
+        authorized_networks=_authorized_networks(values.get("authorizedNetworks")),
+        database_encryption_key=_database_encryption_key(values.get("databaseEncryptionKey", ""), region),
+        allow_replace=_allow_replace(values.get(day2.ALLOW_REPLACE_KEY)),
+        gpu_node_hourly_price=_gpu_node_hourly_price(values.get("gpuNodeHourlyPrice", "")),
     )
+
+
+def _image(value: Any) -> str:
+    """`repository:tag` or `repository:tag@sha256:<64 hex>`: the tag names the NeMo RL release, a digest pins the
+    exact image (what the registry serves for the tag may change; the digest cannot)."""
+    image = str(value)
+    named, at, digest = image.partition("@")
+    if at and not _DIGEST_RE.match(digest):
+        raise ConfigError(
+            "nemoRlImage",
+            image,
+            f"a digest of the form sha256: and 64 lowercase hex digits after '@', e.g. {DEFAULT_IMAGE}@sha256:"
+            f"{'0' * 64} (as `docker buildx imagetools inspect` or the registry prints it)",
+        )
+    if not _IMAGE_RE.match(named) or named.endswith(":latest"):
+        raise ConfigError(
+            "nemoRlImage",
+            image,
+            f"an image reference with a pinned tag, e.g. {DEFAULT_IMAGE}, optionally pinned further by digest "
+            f"({DEFAULT_IMAGE}@sha256:<64 hex digits>)",
+        )
+    return image
+
+
+def _authorized_networks(raw: Any) -> tuple[str, ...]:
+    """CIDR ranges allowed to reach the control plane's IP endpoint; none (the default) turns that endpoint off
+    and leaves only the IAM-gated DNS endpoint. Set as a list in the stack file, or as JSON / comma-separated text."""
+    key = "authorizedNetworks"
+    if raw is None or raw == "":
+        return ()
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text.startswith(("[", "{")):
+            try:
+                raw = json.loads(text)
+            except ValueError:
+                raise ConfigError(key, raw, 'a list of CIDR ranges, e.g. ["203.0.113.0/24"]') from None
+        else:
+            raw = [part.strip() for part in text.split(",") if part.strip()]
+    if not isinstance(raw, list):
+        raise ConfigError(key, raw, 'a list of CIDR ranges, e.g. ["203.0.113.0/24"]')
+    limit = gke_rules.MAX_AUTHORIZED_NETWORKS
+    if len(raw) > limit:
+        raise ConfigError(key, raw, f"at most {limit} CIDR ranges (GKE's limit)")
+    seen: dict[ipaddress.IPv4Network, int] = {}
+    for n, cidr in enumerate(raw):
+        item = f"{key}[{n}]"
+        try:
+            network = ipaddress.ip_network(str(cidr), strict=True)
+        except ValueError:
+            raise ConfigError(item, cidr, "an IPv4 CIDR range with no host bits, such as 203.0.113.0/24") from None
+        if not isinstance(network, ipaddress.IPv4Network):
+            raise ConfigError(item, cidr, "an IPv4 CIDR range (GKE's authorized networks are IPv4)")
+        if network.prefixlen < 8:
+            raise ConfigError(
+                item, cidr, "a range of /8 or narrower: a wider one opens the control plane to much of the internet"
+            )
+        if network in seen:
+            raise ConfigError(item, cidr, f"a range not already listed (it repeats {key}[{seen[network]}])")
+        seen[network] = n
+    return tuple(str(cidr) for cidr in raw)
+
+
+def _database_encryption_key(value: Any, region: str) -> str | None:
+    key_name = str(value or "")
+    if not key_name:
+        return None
+    match = gke_rules.KMS_KEY_RE.match(key_name)
+    if not match:
+        raise ConfigError(
+            "databaseEncryptionKey",
+            key_name,
+            "'' (GKE's default encryption), or a Cloud KMS key's resource name: "
+            f"projects/PROJECT/locations/{region}/keyRings/RING/cryptoKeys/KEY",
+        )
+    if match.group(2) != region:
+        raise ConfigError(
+            "databaseEncryptionKey",
+            key_name,
+            f"a key in the cluster's region: locations/{region} (GKE requires the key in the cluster's location), "
+            f"not locations/{match.group(2)}",
+        )
+    return key_name
+
+
+def _allow_replace(raw: Any) -> tuple[str, ...]:
+    """The keys a user lets replace what they replace: `pulumi config set --path 'allowReplace[0]' zone`."""
+    key = day2.ALLOW_REPLACE_KEY
+    if raw is None or raw == "":
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+        raise ConfigError(key, raw, f"a list of key names, set with: pulumi config set --path '{key}[0]' zone")
+    known = day2.REPLACEABLE_KEYS
+    for item in raw:
+        if item not in known:
+            effect = day2.EFFECTS_BY_KEY.get(item)
+            why = f"{item} is refused even when listed ({effect.what}); " if effect and effect.guarded else ""
+            raise ConfigError(f"{key}[{raw.index(item)}]", item, f"{why}one of {', '.join(known)}")
+    return tuple(dict.fromkeys(raw))
+
+
+def _gpu_node_hourly_price(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        price = float(str(value))
+    except (TypeError, ValueError):
+        price = math.nan
+    if not math.isfinite(price) or price <= 0:
+        raise ConfigError(
+            "gpuNodeHourlyPrice",
+            value,
+            "a positive number of US dollars per GPU node-hour, such as 61.50 (your committed-use or negotiated "
+            "rate), or empty for the price table's rate",
+        )
+    return price
 
 
 def _export_bucket(value: Any) -> str:
@@ -529,8 +666,10 @@ _PLAIN_KEYS = (
     "maintenanceWindowStart", "maintenanceExclusion", "maxRunHours",
     "rayAutoscaling", "rayIdleTimeoutSeconds",
     "exportBucket",
+    "privateNodes", "authorizedNetworks", "databaseEncryptionKey",
+    "gpuNodeHourlyPrice",
 )  # fmt: skip
-_OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker")
+_OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker", day2.ALLOW_REPLACE_KEY)
 
 
 _SECRET_KEYS = ("hfToken", "wandbApiKey")
@@ -584,9 +723,13 @@ def load() -> tuple[InfraSettings, Secrets]:
         if value is not None:
             values[key] = value
     for key in _OBJECT_KEYS:
-        obj = config.get_object(key)
-        if obj is not None:
-            values[key] = obj
+        text = config.get(key)
+        if text is not None:
+            try:
+                values[key] = json.loads(text)
+            except ValueError:
+                values[key] = text  # not JSON (set without --path): the key's own check names it
+
     hf_token = config.get_secret("hfToken")
     if hf_token is None:
         raise ConfigError(

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 
+from infra import day2
 from infra.cluster import ClusterArgs, GkeCluster
 from infra.cost import CostInputs, estimate
 from infra.export_bucket import ExportBucket, ExportBucketArgs
 from infra.gpu_pool import GpuNodePool, GpuNodePoolArgs
 from infra.lustre import LustreArgs, ManagedLustre
+from infra.nat import ClusterEgress, ClusterEgressArgs
 from infra.network import Networks, NetworksArgs
+from infra.presets import BOOT_DISK_GIB, CPU_BOOT_DISK_TYPE
 from infra.services import ProjectServices, ProjectServicesArgs
 from infra.settings import EXPORT_BUCKET_CREATE, InfraSettings
 
@@ -24,6 +29,26 @@ class Infra:
     lustre: ManagedLustre
     services: ProjectServices
     export_bucket: ExportBucket | None = None
+    egress: ClusterEgress | None = None  # Cloud NAT, with private nodes
+
+
+def self_reference_name() -> str:
+    """This stack, as a StackReference names it: `<organization>/<project>/<stack>`."""
+    return f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+
+
+async def check_against_last_deployment(current: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    """Read what the last deployment recorded (the stack's own `deployedSettings` output; none on a first
+    deployment) and raise day2.ReplacementRefused for a change that is not allowed. Warns about allowReplace
+    entries that change nothing now: left there, they would let a later change through unasked."""
+    last = pulumi.StackReference("last-deployment", stack_name=self_reference_name())
+    details = await last.get_output_details(day2.DEPLOYED_SETTINGS_OUTPUT)
+    previous = details.value if details.value is not None else details.secret_value
+    for key in day2.check(previous, current, allowed):
+        pulumi.log.warn(
+            f"allowReplace lists {key}, which does not change now: remove it once the change is deployed "
+            f"(pulumi config rm --path 'allowReplace[{allowed.index(key)}]')"
+        )
 
 
 def build_infra(settings: InfraSettings) -> Infra:
@@ -71,8 +96,24 @@ def build_infra(settings: InfraSettings) -> Infra:
             services=services,
             maintenance_window_start=settings.maintenance_window_start,
             maintenance_exclusion=settings.maintenance_exclusion,
+            private_nodes=settings.private_nodes,
+            authorized_networks=settings.authorized_networks,
+            database_encryption_key=settings.database_encryption_key,
         ),
     )
+    # Private nodes reach nvcr.io and Hugging Face through Cloud NAT; nodes with public IPs need none.
+    egress = None
+    if settings.private_nodes:
+        egress = ClusterEgress(
+            "egress",
+            ClusterEgressArgs(
+                name_prefix=settings.cluster_name,
+                project=settings.project,
+                region=settings.region,
+                networks=networks,
+                services=services,
+            ),
+        )
     gpu_pool = GpuNodePool(
         "gpu",
         GpuNodePoolArgs(
@@ -107,6 +148,7 @@ def build_infra(settings: InfraSettings) -> Infra:
         lustre=lustre,
         services=services,
         export_bucket=export_bucket,
+        egress=egress,
     )
 
 
@@ -123,6 +165,13 @@ def cost_inputs(settings: InfraSettings) -> CostInputs:
         lustre_capacity_gib=settings.lustre.capacity_gib,
         lustre_tier=settings.lustre.throughput_mbps_per_tib,
         protect_data=settings.protect_data,
+        gpu_boot_disk_type=settings.preset.boot_disk_type,
+        gpu_boot_disk_gib=BOOT_DISK_GIB,
+        cpu_boot_disk_type=CPU_BOOT_DISK_TYPE,
+        cpu_boot_disk_gib=BOOT_DISK_GIB,
+        export_bucket=settings.export_bucket == EXPORT_BUCKET_CREATE,
+        gpu_node_hourly_price=settings.gpu_node_hourly_price,
+        cloud_nat=settings.private_nodes,  # ClusterEgress exists exactly then
     )
 
 
@@ -133,6 +182,8 @@ def export_infra(settings: InfraSettings, infra: Infra) -> None:
     pulumi.export("zone", settings.zone)
     pulumi.export("clusterName", infra.cluster.cluster.name)
     pulumi.export("clusterLocation", infra.cluster.cluster.location)
+    # The job stack's Kubernetes provider takes it as cluster_identifier: replaced only with the cluster.
+    pulumi.export("clusterId", infra.cluster.cluster_identifier)
     pulumi.export("kubernetesMinorVersion", settings.gke_minor)
     pulumi.export("kubeconfig", infra.cluster.kubeconfig)
     pulumi.export("clusterNetwork", infra.networks.cluster_network.name)

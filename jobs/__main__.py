@@ -30,7 +30,13 @@ async def main() -> None:
     job = build_job_settings(values, infra)
     steps = pipeline_steps(job, infra)
 
-    provider = k8s.Provider("cluster", kubeconfig=infra_ref.require_output("kubeconfig"), enable_server_side_apply=True)
+    # Replaced only when the infra's cluster is (the Job with it); a kubeconfig change is an update.
+    provider = k8s.Provider(
+        "cluster",
+        kubeconfig=infra_ref.require_output("kubeconfig"),
+        cluster_identifier=infra.cluster_id,
+        enable_server_side_apply=True,
+    )
     launcher = PipelineJob(
         "pipeline",
         PipelineJobArgs(job=job, infra=infra, script=pipeline_script(job, infra, steps)),

@@ -28,6 +28,8 @@ from pulumi.runtime.stack import run_in_stack, run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 SECRET_SIG_KEY = "4dabf18193072939515e22adb298388d"
+# The organization a stack reference names on the DIY backend; mocks run under it.
+ORGANIZATION = "organization"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 REDACTED = "[secret]"
 
@@ -49,6 +51,9 @@ class Registered:
     ignore_changes: list[str]
     custom: bool
     delete_before_replace: bool = False
+    replace_on_changes: list[str] | None = None
+    replacement_trigger: Any = None  # as sent, secrets unwrapped
+    custom_timeouts: dict[str, str] | None = None
 
 
 @dataclass
@@ -102,6 +107,13 @@ def _ca() -> str:
     return "TU9DSy1DQS1DRVJUSUZJQ0FURQ=="  # base64 of a placeholder, never a real certificate
 
 
+MOCK_PROJECT_NUMBER = "123456789012"
+
+
+def mock_dns_endpoint(location: Any) -> str:
+    return f"gke-0123456789abcdef0123456789abcdef-{MOCK_PROJECT_NUMBER}.{location}.gke.goog"
+
+
 class MissingConfigError(Exception):
     """What the CLI reports, before running the program, for a declared key without a default that is not set."""
 
@@ -142,7 +154,14 @@ class CloudMocks(pulumi_mocks.Mocks):
             )
             return state["name"], state
         if typ == "gcp:container/cluster:Cluster":
-            state.update(endpoint="203.0.113.10", masterAuth={"clusterCaCertificate": _ca()})
+            # GKE fills in the DNS endpoint's name: gke-<cluster uid>-<project number>.<region>.gke.goog.
+            endpoints = dict(inputs.get("controlPlaneEndpointsConfig") or {})
+            dns = {**(endpoints.get("dnsEndpointConfig") or {}), "endpoint": mock_dns_endpoint(inputs.get("location"))}
+            state.update(
+                endpoint="203.0.113.10",
+                masterAuth={**(inputs.get("masterAuth") or {}), "clusterCaCertificate": _ca()},
+                controlPlaneEndpointsConfig={**endpoints, "dnsEndpointConfig": dns},
+            )
             return f"projects/{project}/locations/{inputs.get('location')}/clusters/{name}", state
         if typ == "gcp:container/nodePool:NodePool":
             return f"{inputs.get('cluster')}/nodePools/{name}", state
@@ -157,7 +176,10 @@ class CloudMocks(pulumi_mocks.Mocks):
         return f"{args.name}-id", state
 
     def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
-        return {}, None
+        if args.token == "gcp:organizations/getProject:getProject":
+            project = args.args.get("projectId") or "mock-project"
+            return {"projectId": project, "number": MOCK_PROJECT_NUMBER, "name": project}, []
+        return {}, []
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
@@ -195,6 +217,17 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 ignore_changes=list(request.ignoreChanges),
                 custom=bool(request.custom),
                 delete_before_replace=bool(request.deleteBeforeReplace),
+                replace_on_changes=list(request.replaceOnChanges),
+                replacement_trigger=(
+                    _unwrap(json_format.MessageToDict(request.replacement_trigger))
+                    if request.HasField("replacement_trigger")
+                    else None
+                ),
+                custom_timeouts=(
+                    {k: v for k, v in json_format.MessageToDict(request.customTimeouts).items() if v}
+                    if request.HasField("customTimeouts")
+                    else None
+                ),
             )
         return response
 
@@ -349,14 +382,19 @@ def run_program(
     stack_outputs: Mapping[str, Mapping[str, Any]] | None = None,
     stack_secret_outputs: Mapping[str, Collection[str]] | None = None,
     enforce_required: bool = True,
+    previous_outputs: Mapping[str, Any] | None = None,
 ) -> ProgramRun:
     """Run `project_dir/__main__.py` under mocks. `config` is namespaced (`project:key`); `secrets` are set as
     secret config, as `pulumi config set --secret` would. `stack_outputs` answers StackReferences, with the names in
     `stack_secret_outputs` marked secret. Like the CLI, a declared key without a default that the stack does not
     set stops the run before the program starts (`enforce_required=False` skips that, to reach the program's own
-    check)."""
+    check). `previous_outputs` answers a StackReference to the stack itself (`organization/<project>/<stack>`): the
+    outputs of its last deployment, none by default (a first deployment); feed one run's `outputs` back to test
+    what a second `pulumi up` does."""
     project_file = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
     project = project_file["name"]
+    self_reference = f"{ORGANIZATION}/{project}/{stack}"
+    stack_outputs = {self_reference: dict(previous_outputs or {}), **(stack_outputs or {})}
     if enforce_required:
         given = set(config) | set(secrets or {})
         for key, declaration in (project_file.get("config") or {}).items():
@@ -369,7 +407,9 @@ def run_program(
     mocks = CloudMocks(stack_outputs, stack_secret_outputs)
     monitor = RecordingMonitor(mocks)
     pulumi.runtime.settings.ROOT.set(None)
-    pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    pulumi_mocks.set_mocks(
+        mocks, project=project, stack=stack, preview=False, monitor=monitor, organization=ORGANIZATION
+    )
     all_config = {**_config_strings(config), **{k: str(v) for k, v in (secrets or {}).items()}}
     set_all_config(all_config, secret_keys=list(secrets or {}))
 

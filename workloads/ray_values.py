@@ -32,6 +32,9 @@ as their own account, with no Kubernetes token at all, bound to the same GCP acc
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -118,11 +121,13 @@ def head_service_name(cluster_name: str) -> str:
 
 
 def split_image(reference: str) -> tuple[str, str]:
-    """'nvcr.io/nvidia/nemo-rl:v0.5.0' -> ('nvcr.io/nvidia/nemo-rl', 'v0.5.0'). The tag never holds a '/'."""
-    repository, colon, tag = reference.rpartition(":")
+    """'nvcr.io/nvidia/nemo-rl:v0.5.0' -> ('nvcr.io/nvidia/nemo-rl', 'v0.5.0'). The tag never holds a '/'. A digest
+    stays with the tag ('v0.5.0@sha256:...'): the chart writes `repository:tag`, so the pod gets the full reference."""
+    named, at, digest = reference.partition("@")
+    repository, colon, tag = named.rpartition(":")
     if not colon or not repository or not tag or "/" in tag:
         raise ValueError(f"image {reference!r} has no tag")
-    return repository, tag
+    return repository, f"{tag}{at}{digest}"
 
 
 def _fixed_resources(resources: dict[str, str | int]) -> dict[str, Any]:
@@ -388,6 +393,24 @@ def build_ray_values(settings: InfraSettings, refs: RayClusterRefs) -> dict[str,
         "worker": {"disabled": True},
         "additionalWorkerGroups": {WORKER_GROUP: _gpu_workers(settings, refs)},
     }
+
+
+# What KubeRay 1.5.1 applies to a running cluster: the worker counts (reconcilePods scales the group) and the
+# autoscaler's idle timeout (the autoscaler reads the RayCluster). Everything else only reaches new pods.
+_APPLIED_TO_RUNNING_PODS = (("replicas",), ("minReplicas",), ("maxReplicas",))
+_HEAD_APPLIED = ("autoscalerOptions", "idleTimeoutSeconds")
+
+
+def pod_template_digest(values: dict[str, Any]) -> str:
+    """A digest of what KubeRay creates Ray pods from: the chart values without what it applies to running pods.
+    It changes exactly when running pods would differ from new ones, and then the RayCluster is replaced
+    (workloads/raycluster.py) and the day-2 guard asks first (infra/day2.py)."""
+    template = copy.deepcopy(values)
+    template.get("head", {}).get(_HEAD_APPLIED[0], {}).pop(_HEAD_APPLIED[1], None)
+    for group in [template.get("worker", {}), *template.get("additionalWorkerGroups", {}).values()]:
+        for (field,) in _APPLIED_TO_RUNNING_PODS:
+            group.pop(field, None)
+    return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def fluent_bit_config(cluster_name: str) -> dict[str, str]:

@@ -9,7 +9,7 @@ import pulumi_kubernetes as k8s
 
 from infra.settings import InfraSettings
 from workloads.ray_chart import CHART_NAME, CHART_REPO, CHART_VERSION
-from workloads.ray_values import RayClusterRefs, build_ray_values, fluent_bit_config
+from workloads.ray_values import RayClusterRefs, build_ray_values, fluent_bit_config, pod_template_digest
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,15 @@ class RayCluster(pulumi.ComponentResource):
             # Helm cannot judge a RayCluster's health; KubeRay reports it on the object itself.
             skip_await=True,
             atomic=False,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.prerequisites, self.log_config]),
+            # KubeRay 1.5.1 applies a changed pod template only to pods it creates later (raycluster_controller.go,
+            # reconcilePods), which would leave running workers on the old image. So a template change replaces
+            # the release, and with it the RayCluster and every pod; the old one is uninstalled first (the new one
+            # has the same name). infra/day2.py refuses that change unless the user allows it.
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[*args.prerequisites, self.log_config],
+                replacement_trigger=pod_template_digest(self.values),
+                delete_before_replace=True,
+            ),
         )
         self.register_outputs({"release": self.release.name, "rayCluster": args.refs.cluster_name})

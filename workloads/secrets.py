@@ -11,6 +11,11 @@ HF_TOKEN_KEY = "HF_TOKEN"
 WANDB_KEY = "WANDB_API_KEY"
 
 
+def token_keys(has_wandb_key: bool) -> tuple[str, ...]:
+    """The Secret's keys, which the Ray pods take as environment variables."""
+    return (HF_TOKEN_KEY, WANDB_KEY) if has_wandb_key else (HF_TOKEN_KEY,)
+
+
 @dataclass(frozen=True)
 class TokensArgs:
     name: str
@@ -30,7 +35,7 @@ class Tokens(pulumi.ComponentResource):
         data: dict[str, pulumi.Input[str]] = {HF_TOKEN_KEY: pulumi.Output.secret(args.hf_token)}
         if args.wandb_api_key is not None:
             data[WANDB_KEY] = pulumi.Output.secret(args.wandb_api_key)
-        self.keys = tuple(data)
+        self.keys = token_keys(args.wandb_api_key is not None)
         self.secret = k8s.core.v1.Secret(
             name,
             metadata=k8s.meta.v1.ObjectMetaArgs(name=args.name, namespace=args.namespace),

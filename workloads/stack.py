@@ -23,10 +23,12 @@ from workloads.ray_values import (
     LUSTRE_MOUNT_PATH,
     METRICS_PORT,
     RayClusterRefs,
+    build_ray_values,
     head_service_name,
+    pod_template_digest,
 )
 from workloads.raycluster import RayCluster, RayClusterArgs
-from workloads.secrets import Tokens, TokensArgs
+from workloads.secrets import Tokens, TokensArgs, token_keys
 from workloads.storage import LustreVolume, LustreVolumeArgs
 
 RELEASE_NAME = "ray-cluster"
@@ -43,6 +45,26 @@ class Workloads:
     ray: RayCluster
     policies: RayPolicies
     auth: RayAuthToken | None
+
+
+def ray_cluster_refs(settings: InfraSettings, secret_keys: tuple[str, ...]) -> RayClusterRefs:
+    prefix = settings.cluster_name
+    return RayClusterRefs(
+        cluster_name=f"{prefix}-ray",
+        cpu_pool_name=CPU_POOL_NAME,
+        pvc_name=f"{prefix}-lustre",
+        secret_name=f"{prefix}-tokens",
+        secret_keys=secret_keys,
+        service_account=settings.kubernetes_service_account,
+        fluentbit_configmap=f"{prefix}-ray-fluent-bit",
+        worker_service_account=worker_service_account(prefix),
+        auth_secret=ray_auth_secret_name(prefix) if supports_token_auth(settings.ray_version) else None,
+    )
+
+
+def ray_pod_template(settings: InfraSettings, has_wandb_key: bool) -> str:
+    """The Ray pod templates' digest, known before anything is registered (the day-2 guard compares it)."""
+    return pod_template_digest(build_ray_values(settings, ray_cluster_refs(settings, token_keys(has_wandb_key))))
 
 
 def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> Workloads:
@@ -121,23 +143,12 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
     )
 
     # Ray's token authentication where the image's Ray has it; the NetworkPolicies fence Ray either way.
+    refs = ray_cluster_refs(settings, tokens.keys)
     auth = None
-    if supports_token_auth(settings.ray_version):
+    if refs.auth_secret:
         auth = RayAuthToken(
-            "ray-auth", RayAuthTokenArgs(secret_name=ray_auth_secret_name(prefix), namespace=namespace), opts=provider
+            "ray-auth", RayAuthTokenArgs(secret_name=refs.auth_secret, namespace=namespace), opts=provider
         )
-
-    refs = RayClusterRefs(
-        cluster_name=f"{prefix}-ray",
-        cpu_pool_name=CPU_POOL_NAME,
-        pvc_name=f"{prefix}-lustre",
-        secret_name=f"{prefix}-tokens",
-        secret_keys=tokens.keys,
-        service_account=settings.kubernetes_service_account,
-        fluentbit_configmap=f"{prefix}-ray-fluent-bit",
-        worker_service_account=worker_service_account(prefix),
-        auth_secret=ray_auth_secret_name(prefix) if auth else None,
-    )
     ray = RayCluster(
         "ray",
         RayClusterArgs(

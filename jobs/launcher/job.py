@@ -38,6 +38,10 @@ TOKEN_SECONDS = 3600  # the kubelet renews the projected token well before it ex
 # On SIGTERM the submitter asks the API twice (5 s timeout each), then stops the Ray job and waits up to
 # STOP_TIMEOUT_S for STOPPED: the pod's grace period covers that with room to spare.
 GRACE_SECONDS = 2 * 5 + STOP_TIMEOUT_S + 20
+# Deleting the Job waits for its pod to be gone (foreground): the pod's grace period, and room for the API.
+DELETE_TIMEOUT = f"{-(-(GRACE_SECONDS + 120) // 60)}m"
+# Delete the pod before the Job object disappears, so that the Role it reads its Job with outlives it.
+DELETION_PROPAGATION = "pulumi.com/deletionPropagationPolicy"
 # Ray's token authentication (Ray >= 2.52): the client sends the token only when both are set. The key is the one
 # the infra stack's Secret holds (workloads/ray_auth.py).
 RAY_AUTH_MODE_ENV = "RAY_AUTH_MODE"
@@ -121,7 +125,7 @@ class PipelineJob(pulumi.ComponentResource):
                 # `pulumi up` returns once the Job exists (it has a uid); the run is followed with kubectl (see the
                 # outputs). Not skipAwait: that would also skip waiting for the Job's deletion, and `pulumi destroy`
                 # would then delete the submitter's Role while its pod still needs it to decide whether to stop Ray.
-                annotations={WAIT_FOR: CREATED},
+                annotations={WAIT_FOR: CREATED, DELETION_PROPAGATION: "foreground"},
             ),
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=4,
@@ -221,8 +225,14 @@ class PipelineJob(pulumi.ComponentResource):
             # A Job's template cannot change in place: a new pipeline replaces it, and the idempotent submission
             # ids make the new pod resume where the old one stopped.
             # The Role and its binding are deleted only after the Job (and so its pod) is gone.
+            # spec.podFailurePolicy is immutable too, but the provider does not know it: replace rather than fail
+            # an in-place patch.
             opts=pulumi.ResourceOptions(
-                parent=self, delete_before_replace=True, depends_on=[access.role, access.binding] if access else None
+                parent=self,
+                delete_before_replace=True,
+                depends_on=[access.role, access.binding] if access else None,
+                replace_on_changes=["spec.podFailurePolicy"],
+                custom_timeouts=pulumi.CustomTimeouts(delete=DELETE_TIMEOUT),
             ),
         )
         if job.stop_on_delete:

@@ -91,12 +91,16 @@ class InfraOutputs:
     lustre_capacity_gib: int
     lustre_throughput_mbps_per_tib: int
     dashboard_port_forward: str
+    # The infra's cluster id: the Kubernetes provider's cluster_identifier (a kubeconfig change is then an update).
+    cluster_id: str
     # Optional: GPU workers scale from zero (KubeRay autoscaler), asked for through Ray Client before the run.
     ray_autoscaling: bool = False
     ray_client_address: str | None = None
     # From the infra's estimatedCost: one GPU node per hour in dollars (None: no price) and the table's date.
     gpu_node_hourly_usd: float | None = None
     prices_read_on: str = ""
+    # Where that rate comes from: "table" (infra/prices.py) or "gpuNodeHourlyPrice" (the user's own figure).
+    gpu_node_price_from: str = "table"
     export_bucket: str = ""  # where the HF checkpoint is copied; "" when the infra has no export bucket
     # The Secret with Ray's token (key RAY_AUTH_TOKEN) when the cluster requires one (Ray >= 2.52), else None.
     ray_auth_secret: str | None = None
@@ -228,6 +232,7 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         lustre_capacity_gib=need("lustreCapacityGib", (int,)),
         lustre_throughput_mbps_per_tib=need("lustreThroughputMbpsPerTib", (int,)),
         dashboard_port_forward=need("dashboardPortForward", str),
+        cluster_id=need("clusterId", str),
         export_bucket=str(outputs.get("exportBucket") or ""),  # optional: older infra stacks have none
         ray_autoscaling=autoscaling,
         ray_client_address=client_address if autoscaling else None,
@@ -235,6 +240,7 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         if isinstance(hourly, (int, float)) and not isinstance(hourly, bool)
         else None,
         prices_read_on=str(cost.get("pricesReadOn") or ""),
+        gpu_node_price_from=str(cost.get("gpuNodePriceFrom") or "table"),
         ray_auth_secret=auth_secret,
     )
 

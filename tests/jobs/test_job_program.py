@@ -312,7 +312,11 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     label_key, label_value = next(iter(infra["submitterPodLabel"].items()))
     # The infra NetworkPolicy admits pods with this label to the Ray head.
     assert job["spec"]["template"]["metadata"]["labels"][label_key] == label_value
-    assert job["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
+    assert job["metadata"]["annotations"] == {
+        "pulumi.com/waitFor": "jsonpath={.metadata.uid}",
+        # Its pod is deleted first: the Role the pod reads its Job with must outlive it.
+        "pulumi.com/deletionPropagationPolicy": "foreground",
+    }
     assert job["metadata"]["namespace"] == infra["namespace"]
     assert spec["backoffLimit"] >= 1 and spec["ttlSecondsAfterFinished"] > 0
     assert pod["restartPolicy"] == "Never"
@@ -334,6 +338,8 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     assert all(
         r.provider.startswith(provider.urn) for r in run.resources if r.type.startswith("kubernetes:") and r.custom
     )
+    # Replaced only with the infra's cluster: a kubeconfig change (endpoint, CA, DNS endpoint) is an update.
+    assert provider.inputs["clusterIdentifier"] == infra["clusterId"]
     assert run.outputs["followLogs"] == f"kubectl --namespace {infra['namespace']} logs -f job/{run.outputs['jobName']}"
     assert run.outputs["dashboardPortForward"] == infra["dashboardPortForward"]
 
@@ -668,6 +674,25 @@ def test_the_project_files_defaults_are_the_programs(infra_outputs, stack):
     defaults = {key: d["default"] for key, d in declared.items() if "default" in d and key not in given}
     assert len(defaults) > 10
     assert build_job_settings({**given, **defaults}, infra) == build_job_settings(given, infra)
+
+
+def test_the_job_is_replaced_when_its_immutable_failure_policy_changes(infra_outputs):
+    """spec.podFailurePolicy is immutable in Kubernetes but not in the provider's replace list: a change must replace
+    the Job, not fail as a patch. Deleting it waits for its pod (foreground), within a bounded time."""
+    job = run_jobs("dev", infra_outputs).one("kubernetes:batch/v1:Job")
+    assert job.replace_on_changes == ["spec.podFailurePolicy"]
+    assert job.delete_before_replace
+    from launcher.job import GRACE_SECONDS
+
+    assert job.custom_timeouts is not None
+    delete = job.custom_timeouts["delete"]
+    assert delete.endswith("m") and int(delete[:-1]) * 60 > GRACE_SECONDS
+
+
+def test_the_job_stack_needs_the_cluster_id(infra_outputs):
+    outputs = {k: v for k, v in infra_outputs["dev"].items() if k != "clusterId"}
+    with pytest.raises(ConfigError, match="clusterId"):
+        build_infra_outputs(outputs)
 
 
 def test_the_submitter_reads_rays_token_from_the_infra_secret(infra_outputs):
