@@ -1,6 +1,6 @@
 """The Ray pods that will run: the RayCluster the real ray-cluster chart renders from our values (Helm's Go SDK, in
 process: helm-python-sdk), turned into the Pods KubeRay creates from it. `make plan` writes them for checkov
-(build/<stack>/rayclusters/), and the tests hold the NetworkPolicy selectors and the Pod Security level to them.
+(build/<stack>/ray-pods/), and the tests hold the NetworkPolicy selectors and the Pod Security level to them.
 
 What KubeRay adds to each pod template, modelled from ray-operator/controllers/ray/common/pod.go at v1.5.1 (the
 version GKE's RayOperator add-on runs, and the chart's): the pod labels (labelPod: a template cannot override
