@@ -174,7 +174,9 @@ def test_pipeline_lists_the_ray_jobs_in_order(rendered: Rendered):
         "train",
         "convert-hf",
         *(["export-gcs"] if rendered.plan.infra.outputs["exportBucket"] else []),
+        "eval-final",
     ]
+    assert names[names.index("prepare-data") + 1] == "eval-base"
     ids = [s["submissionId"] for s in written["steps"]]
     assert len(set(ids)) == len(ids)
 

@@ -163,14 +163,13 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
         f"logger.log_dir={log_dir(job, infra)}",
         *data_overrides(infra),
     ]
+    # TensorBoard event files under the log dir on every run, with or without W&B: the infra's TensorBoard serves
+    # them from Lustre, so every run's metrics stay readable in the cluster.
     if "WANDB_API_KEY" in infra.secret_keys:
-        overrides += [
-            "logger.wandb_enabled=True",
-            f"logger.wandb.name={job.run_name}",
-            "logger.tensorboard_enabled=False",
-        ]
-    else:  # no W&B: TensorBoard event files under the log dir, so every run leaves its metrics somewhere
-        overrides += ["logger.wandb_enabled=False", "logger.tensorboard_enabled=True"]
+        overrides += ["logger.wandb_enabled=True", f"logger.wandb.name={job.run_name}"]
+    else:
+        overrides.append("logger.wandb_enabled=False")
+    overrides.append("logger.tensorboard_enabled=True")
     return overrides + list(job.extra_overrides)
 
 

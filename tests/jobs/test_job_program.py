@@ -102,7 +102,7 @@ def test_input_and_output_keys_match_what_prepare_writes(infra_outputs):
     assert f"+data.val_data_path=/data/datasets/gsm8k/{prepare.TEST_FILE}" in overrides
 
 
-def test_wandb_when_the_key_exists_else_tensorboard(infra_outputs):
+def test_wandb_when_the_key_exists_and_tensorboard_always(infra_outputs):
     infra = infra_of(infra_outputs["h200"])
     no_key = grpo_overrides(job_with(infra, runName="r1"), infra)
     assert "logger.tensorboard_enabled=True" in no_key
@@ -112,7 +112,7 @@ def test_wandb_when_the_key_exists_else_tensorboard(infra_outputs):
     overrides = grpo_overrides(job_with(with_key, runName="r1"), with_key)
     assert "logger.wandb_enabled=True" in overrides
     assert "logger.wandb.name=r1" in overrides
-    assert "logger.tensorboard_enabled=False" in overrides
+    assert "logger.tensorboard_enabled=True" in overrides and "logger.tensorboard_enabled=False" not in overrides
     assert "logger.log_dir=/data/r1/logs" in overrides  # logs on Lustre either way
 
 
@@ -213,13 +213,16 @@ def test_pipeline_order_and_idempotent_ids(infra_outputs):
     infra = infra_of(infra_outputs["h200"])
     steps = pipeline_steps(job_with(infra, runName="exp1"), infra)
     assert [s.name for s in steps] == [
-        "preflight-nccl", "preflight-lustre", "prepare-data", "train", "convert-hf", "export-gcs",
+        "preflight-nccl", "preflight-lustre", "prepare-data", "eval-base", "train", "convert-hf", "export-gcs",
+        "eval-final",
     ]  # fmt: skip
     assert [s.submission_id for s in steps] == [f"exp1-{s.name}" for s in steps]
     # Same config, same ids: a restarted pod finds the jobs it already submitted.
     again = pipeline_steps(job_with(infra, runName="exp1"), infra)
     assert [s.submission_id for s in again] == [s.submission_id for s in steps]
-    skipped = pipeline_steps(job_with(infra, runName="exp1", preflight=False, convertToHf=False), infra)
+    skipped = pipeline_steps(
+        job_with(infra, runName="exp1", preflight=False, convertToHf=False, evalBase=False, evalFinal=False), infra
+    )
     assert [s.name for s in skipped] == ["prepare-data", "train"]
 
 
@@ -273,6 +276,7 @@ def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failu
         "exp2-preflight-nccl",
         "exp2-preflight-lustre",
         "exp2-prepare-data",
+        "exp2-eval-base",
         "exp2-train",
     ]
     assert "step train did not succeed (exit 3)" in result.stderr
@@ -295,7 +299,8 @@ def test_submitter_gets_the_entrypoint_as_one_bash_command(infra_outputs):
     line = next(line for line in script.splitlines() if "--submission-id=grpo-gsm8k-train" in line)
     words = shlex.split(line.removesuffix(" || {"))
     after = words[words.index("--") + 1 :]
-    assert after[:2] == ["bash", "-c"] and after[2] == entrypoint_text(steps[3])
+    train = next(s for s in steps if s.name == "train")
+    assert after[:2] == ["bash", "-c"] and after[2] == entrypoint_text(train)
     assert f"--address={infra.ray_address}" in words
 
 
@@ -517,7 +522,7 @@ def test_scripts_run_with_the_images_plain_python_import_only_what_it_has(infra_
     steps = pipeline_steps(job, infra)
     used = {name for s in steps for name in plain_python_scripts(s.entrypoint)}
     used |= set(plain_python_scripts(shlex.split(pipeline_script(job, infra, steps))))
-    assert used == {"checkpoint_guard.py", "export_gcs.py", "ray_submit.py", "wait_for_workers.py"}
+    assert used == {"checkpoint_guard.py", "export_gcs.py", "ray_submit.py", "wait_for_workers.py", "eval_summary.py"}
     files = {Path(f).name: JOBS / f for f in SCRIPT_FILES}
     for name in used:
         tree = ast.parse(files[name].read_text())
