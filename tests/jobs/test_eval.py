@@ -202,7 +202,7 @@ def save_like_nemo_rl(release: str, save_path: Path, rewards: list[float], model
         if isinstance(node, ast.FunctionDef) and node.name == "_save_evaluation_data_to_json"
     )
     namespace: dict[str, Any] = {"json": json, "os": __import__("os")}
-    exec(compile(ast.Module(body=[function], type_ignores=[]), "eval.py", "exec"), namespace)  # noqa: S102
+    exec(compile(ast.Module(body=[function], type_ignores=[]), "eval.py", "exec"), namespace)
     sections = {
         "generation": {"model_name": model, "temperature": temperature, "top_p": 1.0, "top_k": -1},
         "data": {"dataset_name": "/data/datasets/gsm8k/test.jsonl"},

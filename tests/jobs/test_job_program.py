@@ -329,7 +329,7 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     assert volumes["launcher"]["configMap"]["name"] == config_map["metadata"]["name"]
     assert set(config_map["data"]) == {
         "ray_submit.py", "wait_for_workers.py", "prepare_gsm8k.py", "convert_checkpoint.py", "nccl_allreduce.py",
-        "lustre_io.py", "checkpoint_guard.py", "export_gcs.py", "pipeline.sh",
+        "lustre_io.py", "checkpoint_guard.py", "export_gcs.py", "eval_model.py", "eval_summary.py", "pipeline.sh",
     }  # fmt: skip
     assert config_map["data"]["ray_submit.py"] == (JOBS / "ray_submit.py").read_text()
     # The Job's address and ids come from the infra outputs.
@@ -349,10 +349,13 @@ def test_job_program_pipeline_output_lists_every_step(infra_outputs):
         "smoke-qwen-1p5b-preflight-nccl",
         "smoke-qwen-1p5b-preflight-lustre",
         "smoke-qwen-1p5b-prepare-data",
+        "smoke-qwen-1p5b-eval-base",
         "smoke-qwen-1p5b-train",
         "smoke-qwen-1p5b-convert-hf",
+        "smoke-qwen-1p5b-eval-final",
     ]
-    train = pipeline[3]["entrypoint"]
+    train = pipeline[4]["entrypoint"]
+    assert run.outputs["evalSummary"].endswith("cat /data/smoke-qwen-1p5b/eval/summary.json")
     assert "cluster.num_nodes=1" in train and "policy.generation.colocated.enabled=True" in train
 
 
@@ -638,9 +641,9 @@ def test_the_model_is_copied_to_the_export_bucket_after_conversion(infra_outputs
     run = run_jobs("h200", infra_outputs)
     assert run.outputs["modelUri"] == "gs://my-gcp-project-nemo-rl-h200-models/gemma3-27b-gsm8k/"
     steps = run.outputs["pipeline"]
-    assert [s["step"] for s in steps][-2:] == ["convert-hf", "export-gcs"]
-    export_words = shlex.split(steps[-1]["entrypoint"])
-    convert_words = shlex.split(steps[-2]["entrypoint"])
+    assert [s["step"] for s in steps][-3:] == ["convert-hf", "export-gcs", "eval-final"]
+    export_words = shlex.split(steps[-2]["entrypoint"])
+    convert_words = shlex.split(steps[-3]["entrypoint"])
     assert "--output-dir=/data/gemma3-27b-gsm8k/hf" in convert_words
     assert "--source=/data/gemma3-27b-gsm8k/hf" in export_words  # what the conversion wrote
     assert "--destination=gs://my-gcp-project-nemo-rl-h200-models/gemma3-27b-gsm8k/" in export_words
@@ -652,7 +655,7 @@ def test_no_export_without_a_bucket_or_a_conversion(infra_outputs):
     run = run_jobs("dev", infra_outputs)  # the dev infra has no export bucket
     assert "export-gcs" not in [s["step"] for s in run.outputs["pipeline"]]
     assert run.outputs["modelUri"] == "/data/smoke-qwen-1p5b/hf"
-    off = run_jobs("h200", infra_outputs, {"convertToHf": False})
+    off = run_jobs("h200", infra_outputs, {"convertToHf": False, "evalFinal": False})
     assert "export-gcs" not in [s["step"] for s in off.outputs["pipeline"]]
     assert off.outputs["modelUri"] == ""
 
