@@ -114,6 +114,7 @@ class InfraSettings:
     gpu_autoscaling: bool
     idle_timeout_seconds: int
     export_bucket: str  # "" (no export), "create", or an existing bucket's name
+    tensorboard: bool = True  # a TensorBoard on the CPU pool over /data, read-only
 
     @property
     def export_bucket_name(self) -> str:
@@ -503,6 +504,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         gpu_autoscaling=gpu_autoscaling,
         idle_timeout_seconds=idle_timeout,
         export_bucket=_export_bucket(values.get("exportBucket", "")),
+        tensorboard=_as_bool("tensorboard", values.get("tensorboard", True)),
     )
 
 
@@ -525,7 +527,7 @@ _PLAIN_KEYS = (
     "deletionProtection", "namespace", "kubernetesServiceAccount", "nemoRlImage", "rayVersion", "shmSize",
     "maintenanceWindowStart", "maintenanceExclusion", "maxRunHours",
     "rayAutoscaling", "rayIdleTimeoutSeconds",
-    "exportBucket",
+    "exportBucket", "tensorboard",
 )  # fmt: skip
 _OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker")
 
