@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -114,6 +115,8 @@ class InfraSettings:
     gpu_autoscaling: bool
     idle_timeout_seconds: int
     export_bucket: str  # "" (no export), "create", or an existing bucket's name
+    # The user's own rate for one GPU node-hour (committed use, negotiated); None: the price table's.
+    gpu_node_hourly_price: float | None = None
     tensorboard: bool = True  # a TensorBoard on the CPU pool over /data, read-only
 
     @property
@@ -504,8 +507,28 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         gpu_autoscaling=gpu_autoscaling,
         idle_timeout_seconds=idle_timeout,
         export_bucket=_export_bucket(values.get("exportBucket", "")),
+        gpu_node_hourly_price=_gpu_node_hourly_price(values.get("gpuNodeHourlyPrice", "")),
         tensorboard=_as_bool("tensorboard", values.get("tensorboard", True)),
     )
+
+
+def _gpu_node_hourly_price(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        price = float(str(value))
+    except (TypeError, ValueError):
+        price = math.nan
+    if not math.isfinite(price) or price <= 0:
+        raise ConfigError(
+            "gpuNodeHourlyPrice",
+            value,
+            "a positive number of US dollars per GPU node-hour, such as 61.50 (your committed-use or negotiated "
+            "rate), or empty for the price table's rate",
+        )
+    return price
 
 
 def _export_bucket(value: Any) -> str:
@@ -527,7 +550,8 @@ _PLAIN_KEYS = (
     "deletionProtection", "namespace", "kubernetesServiceAccount", "nemoRlImage", "rayVersion", "shmSize",
     "maintenanceWindowStart", "maintenanceExclusion", "maxRunHours",
     "rayAutoscaling", "rayIdleTimeoutSeconds",
-    "exportBucket", "tensorboard",
+    "exportBucket",
+    "gpuNodeHourlyPrice", "tensorboard",
 )  # fmt: skip
 _OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker")
 

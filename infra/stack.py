@@ -12,6 +12,7 @@ from infra.export_bucket import ExportBucket, ExportBucketArgs
 from infra.gpu_pool import GpuNodePool, GpuNodePoolArgs
 from infra.lustre import LustreArgs, ManagedLustre
 from infra.network import Networks, NetworksArgs
+from infra.presets import BOOT_DISK_GIB, CPU_BOOT_DISK_TYPE
 from infra.services import ProjectServices, ProjectServicesArgs
 from infra.settings import EXPORT_BUCKET_CREATE, InfraSettings
 
@@ -123,6 +124,12 @@ def cost_inputs(settings: InfraSettings) -> CostInputs:
         lustre_capacity_gib=settings.lustre.capacity_gib,
         lustre_tier=settings.lustre.throughput_mbps_per_tib,
         protect_data=settings.protect_data,
+        gpu_boot_disk_type=settings.preset.boot_disk_type,
+        gpu_boot_disk_gib=BOOT_DISK_GIB,
+        cpu_boot_disk_type=CPU_BOOT_DISK_TYPE,
+        cpu_boot_disk_gib=BOOT_DISK_GIB,
+        export_bucket=settings.export_bucket == EXPORT_BUCKET_CREATE,
+        gpu_node_hourly_price=settings.gpu_node_hourly_price,
     )
 
 
