@@ -83,7 +83,9 @@ def test_one_manifest_per_kubernetes_object_in_a_stable_order(rendered: Rendered
     assert len(files) == len(objects)
     kinds = [obj["kind"] for _, obj in files]
     for kind, count in {
-        "NetworkPolicy": 2,  # the Ray head's, and the submitter's no-ingress one
+        "NetworkPolicy": 3,  # the Ray head's, the submitter's no-ingress one, TensorBoard's deny-all one
+        "Deployment": 1,  # TensorBoard
+        "Service": 1,  # TensorBoard's (KubeRay creates the head's)
         "ServiceAccount": 2,  # the Ray pods', and the submitter's (reads its own Job: stopOnDelete)
         "Role": 1,
         "RoleBinding": 1,

@@ -70,6 +70,8 @@ KIND_ORDER = (
     "PersistentVolumeClaim",
     "GKENetworkParamSet",
     "Network",
+    "Service",
+    "Deployment",
     "Job",
 )
 

@@ -52,7 +52,9 @@ def test_run_estimate_at_the_users_gpu_rate_says_so():
     outputs = run_infra_stack("h200", overrides={"gpuNodeHourlyPrice": "61.5"}).outputs
     infra = build_infra_outputs(outputs)
     assert infra.gpu_node_hourly_usd == 61.5 and infra.gpu_node_price_from == "gpuNodeHourlyPrice"
-    run = run_estimate(job_with(infra, numNodes=2, maxNumSteps=20, secondsPerStep=180), infra)
+    run = run_estimate(
+        job_with(infra, numNodes=2, maxNumSteps=20, secondsPerStep=180, evalBase=False, evalFinal=False), infra
+    )
     assert (
         run["usd"] == pytest.approx(round(2 * 20 * 180 / 3600 * 61.5, 2)) and run["priceFrom"] == "gpuNodeHourlyPrice"
     )
