@@ -303,6 +303,12 @@ EFFECTS: tuple[KeyEffect, ...] = (
         "GKE re-encrypts the Secrets in etcd with the new key",
         "container_cluster database_encryption updatable",
     ),
+    KeyEffect(
+        "tensorboard",
+        IN_PLACE,
+        "creates or deletes the TensorBoard Deployment, its Service and NetworkPolicy (event files stay on Lustre)",
+        "Kubernetes objects of their own; the Ray pods are not touched",
+    ),
     KeyEffect("gpuNodeHourlyPrice", IN_PLACE, "the cost estimate only (a stack output)", "infra/cost.py"),
     KeyEffect(
         "hfToken",

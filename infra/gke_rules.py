@@ -50,11 +50,26 @@ FLEX_START_FLOOR = VersionFloor(
     "1.32.2-gke.1652000", "flex-start GPU nodes", "GKE docs: how-to/dws-flex-start-training"
 )
 
+# GKE's managed DCGM metrics (GPU utilisation, memory, NVLink; cluster monitoring component DCGM, always declared
+# here). GKE docs, "Collect and view DCGM metrics" (how-to/dcgm-metrics): on by default for new clusters from
+# 1.32.1-gke.1357000, and it needs GKE-installed GPU drivers (the GPU pool's gpu_driver_installation_config). Older
+# versions could opt in, but that floor is the one documented here, so it is the one required.
+DCGM_FLOOR = VersionFloor("1.32.1-gke.1357000", "GKE's managed DCGM metrics", "GKE docs: how-to/dcgm-metrics")
+
+# The cluster's monitoring components (MonitoringComponentConfig.enableComponents: the list replaces GKE's default,
+# and an empty one turns monitoring off): the system metrics GKE always wants, the kube-state package (storage, HPA,
+# pods, DaemonSets, Deployments, StatefulSets), cAdvisor and kubelet (GKE's defaults for new clusters, GKE docs
+# "Configure collection of kube state metrics", "cAdvisor/Kubelet metrics"), and DCGM for the GPUs.
+MONITORING_COMPONENTS = (
+    "SYSTEM_COMPONENTS", "STORAGE", "HPA", "POD", "DAEMONSET", "DEPLOYMENT", "STATEFULSET", "CADVISOR", "KUBELET",
+    "DCGM",
+)  # fmt: skip
+
 
 def version_floors(gpu_floor: VersionFloor, provisioning: str, private_nodes: bool = False) -> list[VersionFloor]:
-    """Every floor that applies to a stack: the GPU's own (RDMA), Lustre's, flex-start's and private nodes' when
-    used."""
-    floors = [gpu_floor, LUSTRE_CSI_FLOOR]
+    """Every floor that applies to a stack: the GPU's own (RDMA), Lustre's, DCGM's, flex-start's and private nodes'
+    when used."""
+    floors = [gpu_floor, LUSTRE_CSI_FLOOR, DCGM_FLOOR]
     if provisioning == "flexStart":
         floors.append(FLEX_START_FLOOR)
     if private_nodes:

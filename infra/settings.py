@@ -127,6 +127,7 @@ class InfraSettings:
     allow_replace: tuple[str, ...] = ()
     # The user's own rate for one GPU node-hour (committed use, negotiated); None: the price table's.
     gpu_node_hourly_price: float | None = None
+    tensorboard: bool = True  # a TensorBoard on the CPU pool over /data, read-only
 
     @property
     def export_bucket_name(self) -> str:
@@ -522,6 +523,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         database_encryption_key=_database_encryption_key(values.get("databaseEncryptionKey", ""), region),
         allow_replace=_allow_replace(values.get(day2.ALLOW_REPLACE_KEY)),
         gpu_node_hourly_price=_gpu_node_hourly_price(values.get("gpuNodeHourlyPrice", "")),
+        tensorboard=_as_bool("tensorboard", values.get("tensorboard", True)),
     )
 
 
@@ -664,7 +666,7 @@ _PLAIN_KEYS = (
     "rayAutoscaling", "rayIdleTimeoutSeconds",
     "exportBucket",
     "privateNodes", "authorizedNetworks", "databaseEncryptionKey",
-    "gpuNodeHourlyPrice",
+    "gpuNodeHourlyPrice", "tensorboard",
 )  # fmt: skip
 _OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker", day2.ALLOW_REPLACE_KEY)
 

@@ -160,6 +160,7 @@ IN_PLACE_CHANGES: dict[str, dict[str, Any]] = {
         "databaseEncryptionKey": "projects/my-gcp-project/locations/europe-west1/keyRings/r/cryptoKeys/k"
     },
     "gpuNodeHourlyPrice": {"gpuNodeHourlyPrice": "70"},
+    "tensorboard": {"tensorboard": False},
 }
 
 

@@ -83,7 +83,9 @@ def test_one_manifest_per_kubernetes_object_in_a_stable_order(rendered: Rendered
     assert len(files) == len(objects)
     kinds = [obj["kind"] for _, obj in files]
     for kind, count in {
-        "NetworkPolicy": 2,  # the Ray head's, and the submitter's no-ingress one
+        "NetworkPolicy": 3,  # the Ray head's, the submitter's no-ingress one, TensorBoard's deny-all one
+        "Deployment": 1,  # TensorBoard
+        "Service": 1,  # TensorBoard's (KubeRay creates the head's)
         "ServiceAccount": 2,  # the Ray pods', and the submitter's (reads its own Job: stopOnDelete)
         "Role": 1,
         "RoleBinding": 1,
@@ -174,7 +176,9 @@ def test_pipeline_lists_the_ray_jobs_in_order(rendered: Rendered):
         "train",
         "convert-hf",
         *(["export-gcs"] if rendered.plan.infra.outputs["exportBucket"] else []),
+        "eval-final",
     ]
+    assert names[names.index("prepare-data") + 1] == "eval-base"
     ids = [s["submissionId"] for s in written["steps"]]
     assert len(set(ids)) == len(ids)
 

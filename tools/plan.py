@@ -70,6 +70,8 @@ KIND_ORDER = (
     "PersistentVolumeClaim",
     "GKENetworkParamSet",
     "Network",
+    "Service",
+    "Deployment",
     "Job",
 )
 
@@ -424,7 +426,10 @@ def pipeline_doc(plan: Plan) -> dict[str, Any]:
 
 
 def timeline_text(plan: Plan) -> str:
-    return timeline.render(plan.timeline, lustre_label="Instance/lustre", cluster_label="Cluster/gke")
+    steps = [step["step"] for step in plan.jobs.outputs.get("pipeline", [])]
+    return timeline.render(
+        plan.timeline, lustre_label="Instance/lustre", cluster_label="Cluster/gke"
+    ) + timeline.render_run_steps(steps)
 
 
 def cost_text(plan: Plan) -> str:

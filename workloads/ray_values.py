@@ -58,6 +58,13 @@ FLUENT_BIT_POD_ENV = "POD_NAME"
 FLUENT_BIT_LOCATION_ENV = "CLUSTER_LOCATION"
 LOG_NAME = "ray"  # Cloud Logging log id of the shipped Ray logs
 
+# The dashboard's static files are symlinks in NeMo RL's image (v0.5.0 syncs its venv with `uv sync --link-mode
+# symlink`, so ray/dashboard/client/build points into uv's cache). Ray serves /static with aiohttp's static route,
+# which without follow_symlinks refuses (404) a file whose real path leaves the folder: index.html loads, its
+# scripts do not, and the dashboard is blank (NVIDIA-NeMo/RL#1476). Ray 2.49.2 and 2.55.1 turn follow_symlinks on
+# when this is "1" (dashboard/http_server_head.py). Only the head serves the dashboard.
+DASHBOARD_FOLLOW_SYMLINKS_ENV = "RAY_DASHBOARD_BUILD_FOLLOW_SYMLINKS"
+
 OVERWRITE_CONTAINER_CMD = "ray.io/overwrite-container-cmd"
 GENERATED_START_CMD_ENV = "KUBERAY_GEN_RAY_START_CMD"
 
@@ -224,6 +231,7 @@ def _head(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
         "labels": {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": "ray-head"},
         "serviceAccountName": refs.service_account,
+        "containerEnv": [_env(DASHBOARD_FOLLOW_SYMLINKS_ENV, "1")],
         "command": _bash(head_start_script()),
         "ports": [
             {"name": "gcs-server", "containerPort": GCS_PORT},
