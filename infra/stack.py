@@ -9,7 +9,7 @@ import pulumi
 from infra.cluster import ClusterArgs, GkeCluster
 from infra.cost import CostInputs, estimate
 from infra.export_bucket import ExportBucket, ExportBucketArgs
-from infra.gpu_pool import GpuNodePool, GpuNodePoolArgs
+from infra.gpu_pool import GpuNodePool, GpuNodePoolArgs, nodes_at_creation
 from infra.lustre import LustreArgs, ManagedLustre
 from infra.network import Networks, NetworksArgs
 from infra.services import ProjectServices, ProjectServicesArgs
@@ -86,6 +86,10 @@ def build_infra(settings: InfraSettings) -> Infra:
             cluster=cluster,
             networks=networks,
             max_run_hours=settings.max_run_hours,
+            nodes_at_creation=nodes_at_creation(
+                settings.gpu_provisioning, settings.gpu_autoscaling, settings.ray_worker_replicas
+            ),
+            image_cache_disk=settings.image_cache_disk,
         ),
     )
     export_bucket = None
