@@ -105,10 +105,25 @@ def prepull_daemonset(name: str, image: str) -> dict[str, Any]:
     }
 
 
+def holder_network_policy(name: str) -> dict[str, Any]:
+    """The holder talks to nothing and nothing talks to it: no ingress, no egress (the kubelet pulls the image on
+    the node's own network, which no NetworkPolicy touches)."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"{name}-no-traffic", "namespace": PREPULL_NAMESPACE},
+        "spec": {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": name}},
+            "policyTypes": ["Ingress", "Egress"],
+        },
+    }
+
+
 class ImagePrepull(pulumi.ComponentResource):
     """Created right after the cluster (through its provider), with no dependency on Lustre or the Ray cluster."""
 
     daemonset: k8s.apps.v1.DaemonSet
+    network_policy: k8s.networking.v1.NetworkPolicy
 
     def __init__(self, name: str, args: ImagePrepullArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("nemo-rl-gke:workloads:ImagePrepull", name, None, opts)
@@ -117,6 +132,13 @@ class ImagePrepull(pulumi.ComponentResource):
             name,
             metadata=manifest["metadata"],
             spec=manifest["spec"],
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        policy = holder_network_policy(args.name)
+        self.network_policy = k8s.networking.v1.NetworkPolicy(
+            f"{name}-no-traffic",
+            metadata=policy["metadata"],
+            spec=policy["spec"],
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"daemonset": self.daemonset.metadata.name, "image": args.image})
