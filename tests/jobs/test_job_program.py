@@ -213,14 +213,14 @@ def test_pipeline_order_and_idempotent_ids(infra_outputs):
     infra = infra_of(infra_outputs["h200"])
     steps = pipeline_steps(job_with(infra, runName="exp1"), infra)
     assert [s.name for s in steps] == [
-        "preflight-nccl", "preflight-lustre", "prepare-data", "train", "convert-hf", "export-gcs",
+        "preflight-nccl", "preflight-lustre", "prepare-data", "prefetch-weights", "train", "convert-hf", "export-gcs",
     ]  # fmt: skip
     assert [s.submission_id for s in steps] == [f"exp1-{s.name}" for s in steps]
     # Same config, same ids: a restarted pod finds the jobs it already submitted.
     again = pipeline_steps(job_with(infra, runName="exp1"), infra)
     assert [s.submission_id for s in again] == [s.submission_id for s in steps]
     skipped = pipeline_steps(job_with(infra, runName="exp1", preflight=False, convertToHf=False), infra)
-    assert [s.name for s in skipped] == ["prepare-data", "train"]
+    assert [s.name for s in skipped] == ["prepare-data", "prefetch-weights", "train"]
 
 
 def test_entrypoints_pin_nothing_at_run_time(infra_outputs):
@@ -273,6 +273,7 @@ def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failu
         "exp2-preflight-nccl",
         "exp2-preflight-lustre",
         "exp2-prepare-data",
+        "exp2-prefetch-weights",
         "exp2-train",
     ]
     assert "step train did not succeed (exit 3)" in result.stderr
@@ -295,7 +296,8 @@ def test_submitter_gets_the_entrypoint_as_one_bash_command(infra_outputs):
     line = next(line for line in script.splitlines() if "--submission-id=grpo-gsm8k-train" in line)
     words = shlex.split(line.removesuffix(" || {"))
     after = words[words.index("--") + 1 :]
-    assert after[:2] == ["bash", "-c"] and after[2] == entrypoint_text(steps[3])
+    train = next(step for step in steps if step.name == "train")
+    assert after[:2] == ["bash", "-c"] and after[2] == entrypoint_text(train)
     assert f"--address={infra.ray_address}" in words
 
 
@@ -324,7 +326,7 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     assert volumes["launcher"]["configMap"]["name"] == config_map["metadata"]["name"]
     assert set(config_map["data"]) == {
         "ray_submit.py", "wait_for_workers.py", "prepare_gsm8k.py", "convert_checkpoint.py", "nccl_allreduce.py",
-        "lustre_io.py", "checkpoint_guard.py", "export_gcs.py", "pipeline.sh",
+        "lustre_io.py", "checkpoint_guard.py", "export_gcs.py", "prefetch_weights.py", "pipeline.sh",
     }  # fmt: skip
     assert config_map["data"]["ray_submit.py"] == (JOBS / "ray_submit.py").read_text()
     # The Job's address and ids come from the infra outputs.
@@ -344,10 +346,11 @@ def test_job_program_pipeline_output_lists_every_step(infra_outputs):
         "smoke-qwen-1p5b-preflight-nccl",
         "smoke-qwen-1p5b-preflight-lustre",
         "smoke-qwen-1p5b-prepare-data",
+        "smoke-qwen-1p5b-prefetch-weights",
         "smoke-qwen-1p5b-train",
         "smoke-qwen-1p5b-convert-hf",
     ]
-    train = pipeline[3]["entrypoint"]
+    train = pipeline[4]["entrypoint"]
     assert "cluster.num_nodes=1" in train and "policy.generation.colocated.enabled=True" in train
 
 
