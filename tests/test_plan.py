@@ -139,7 +139,7 @@ def test_every_built_in_object_validates_strictly_for_the_cluster_version(render
             validated.append(obj["kind"])
     assert {
         "Job", "Secret", "PersistentVolume", "PersistentVolumeClaim", "ConfigMap", "NetworkPolicy", "ServiceAccount",
-        "Role", "RoleBinding",
+        "Role", "RoleBinding", "DaemonSet",
     } <= set(validated)  # fmt: skip
 
 

@@ -32,11 +32,13 @@ from tools.timeline import INFRA_DONE, Timeline
 class Figure:
     value: float
     unit: str
-    source: str  # a URL (with the figure it gives), or "estimate: ..."
+    # Where it comes from: "https://..." (and the figure it gives), "published: <document>" (a named document the
+    # project's ../shared/FACTS.md records), "derived: <how>", "fact: <why>", or "estimate: <what was assumed>".
+    source: str
 
 
 _SAMPLE = (
-    "GKE NeMo RL sample gemma3-27b-it/README.md, NeMo RL v0.5.0 on A4, non-colocated (as recorded in "
+    "published: GKE NeMo RL sample gemma3-27b-it/README.md, NeMo RL v0.5.0 on A4, non-colocated (as recorded in "
     "../shared/FACTS.md, Start-up figures)"
 )
 FIGURES: Mapping[str, Figure] = {
@@ -74,8 +76,8 @@ FIGURES: Mapping[str, Figure] = {
         "HF_XET_HIGH_PERFORMANCE (https://github.com/unslothai/unsloth/pull/7815, "
         "https://github.com/unslothai/unsloth-zoo/pull/972): the slower figure is used, with or without the prefetch",
     ),
-    "bytesPerParameter": Figure(2.0, "bytes", "bf16 weights: 2 bytes per parameter"),
-    "vllmInit": Figure(291 / 60, "min", f"vLLM init 291 s, compilation included: {_SAMPLE}"),
+    "bytesPerParameter": Figure(2.0, "bytes", "fact: bf16 weights take 2 bytes per parameter"),
+    "vllmInit": Figure(291 / 60, "min", f"{_SAMPLE}: vLLM init 291 s, compilation included"),
     "vllmCompile": Figure(
         1.5, "min", "estimate: the torch.compile and CUDA-graph share of vLLM init (not broken out in the sample)"
     ),
@@ -85,14 +87,16 @@ FIGURES: Mapping[str, Figure] = {
         "https://docs.baseten.co/development/model/torch-compile-cache (loading cached torch.compile artifacts: "
         "'around 5-20 seconds, depending on the model')",
     ),
-    "policyInit": Figure(23 / 60, "min", f"policy set-up 23 s: {_SAMPLE}"),
-    "setupOther": Figure(9 / 60, "min", f"the rest of NeMo RL's 300 s set-up (300 - 291 s): {_SAMPLE}"),
+    "policyInit": Figure(23 / 60, "min", f"{_SAMPLE}: policy set-up 23 s"),
+    "setupOther": Figure(9 / 60, "min", f"{_SAMPLE}: the rest of NeMo RL's 300 s set-up (300 - 291 s)"),
 }
 
 # Parameter counts of the models the shipped recipes train (model id -> billions, source). Other models fall back to
 # UNKNOWN_MODEL.
 MODELS: Mapping[str, Figure] = {
-    "google/gemma-3-27b-it": Figure(27.4, "B parameters", "Gemma 3 27B: 27.4B parameters (../shared/FACTS.md)"),
+    "google/gemma-3-27b-it": Figure(
+        27.4, "B parameters", "published: Gemma 3 27B has 27.4B parameters (as ../shared/FACTS.md records)"
+    ),
     "Qwen/Qwen2.5-Math-1.5B-Instruct": Figure(
         1.54, "B parameters", "estimate: Qwen2.5 1.5B models have 1.54B parameters (Qwen2.5 model cards)"
     ),
