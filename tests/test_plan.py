@@ -83,7 +83,7 @@ def test_one_manifest_per_kubernetes_object_in_a_stable_order(rendered: Rendered
     assert len(files) == len(objects)
     kinds = [obj["kind"] for _, obj in files]
     for kind, count in {
-        "NetworkPolicy": 2,  # the Ray head's, and the submitter's no-ingress one
+        "NetworkPolicy": 3,  # the Ray head's, the submitter's no-ingress one, the image holder's no-traffic one
         "ServiceAccount": 2,  # the Ray pods', and the submitter's (reads its own Job: stopOnDelete)
         "Role": 1,
         "RoleBinding": 1,
@@ -93,6 +93,7 @@ def test_one_manifest_per_kubernetes_object_in_a_stable_order(rendered: Rendered
         "PersistentVolumeClaim": 1,
         "GKENetworkParamSet": 9,
         "Network": 9,
+        "DaemonSet": 1,  # the image pre-pull
         "Job": 1,
     }.items():
         assert kinds.count(kind) == count, kind

@@ -71,6 +71,7 @@ KIND_ORDER = (
     "PersistentVolumeClaim",
     "GKENetworkParamSet",
     "Network",
+    "DaemonSet",
     "Job",
 )
 
