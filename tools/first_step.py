@@ -180,7 +180,7 @@ def _resource(resources: Sequence[RegisteredLike], type_token: str, name: str) -
 
 def _env_names(values: Mapping[str, Any]) -> dict[str, str]:
     env = ((values.get("common") or {}).get("containerEnv")) or []
-    return {e.get("name"): str(e.get("value", "")) for e in env if isinstance(e, Mapping)}
+    return {str(e.get("name")): str(e.get("value", "")) for e in env if isinstance(e, Mapping)}
 
 
 def cuts_of(infra: Sequence[RegisteredLike], steps: Sequence[str], image: str, mount: str) -> Cuts:

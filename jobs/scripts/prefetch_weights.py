@@ -31,7 +31,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +161,7 @@ def prefetch(repo_id: str, hf_home: Path, download: Download, say: Callable[[str
 # Transfer mode
 
 
-def enable_high_performance(environ: dict[str, str]) -> bool:
+def enable_high_performance(environ: MutableMapping[str, str]) -> bool:
     """Ask for hf_xet's high-performance mode unless the environment already decides; True if this set it."""
     if HIGH_PERFORMANCE in environ:
         return False

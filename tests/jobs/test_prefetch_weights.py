@@ -37,7 +37,8 @@ class FakeHub:
 
     def __call__(self, repo_id: str, **options: object) -> str:
         self.calls.append(repo_id)
-        assert "original/*" in (options.get("ignore_patterns") or [])
+        patterns = options.get("ignore_patterns")
+        assert isinstance(patterns, list) and "original/*" in patterns
         snapshot = self.hf_home / "hub" / f"models--{repo_id.replace('/', '--')}" / "snapshots" / "abc123"
         snapshot.mkdir(parents=True, exist_ok=True)
         for count, (name, data) in enumerate(self.files.items()):
