@@ -9,7 +9,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from infra.gke_rules import MAINTENANCE_EXCLUSION_START
+from infra.gke_rules import KMS_ENCRYPTER_DECRYPTER_ROLE, MAINTENANCE_EXCLUSION_START, gke_service_agent
 from infra.iam import grant_project_roles
 from infra.network import POD_RANGE_NAME, SERVICE_RANGE_NAME, Networks
 from infra.services import ProjectServices
@@ -29,6 +29,8 @@ AUTOSCALED_FIELDS = ["initialNodeCount", "nodeCount"]
 # Node pools keep fixed names, so a pool that must be replaced (new machine type, provisioning mode or
 # reservation) is deleted first: GKE refuses a second pool of the same name.
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+# Secure boot and integrity monitoring on every node (see gke_rules: GKE's own GPU drivers are signed).
+SHIELDED_NODE = {"enable_secure_boot": True, "enable_integrity_monitoring": True}
 
 
 @dataclass(frozen=True)
@@ -47,16 +49,20 @@ class ClusterArgs:
     services: ProjectServices
     maintenance_window_start: str  # HH:MM, UTC
     maintenance_exclusion: str | None  # an exclusion scope, until the end of the minor's support
+    private_nodes: bool = True
+    authorized_networks: tuple[str, ...] = ()  # empty: the control plane's IP endpoint is off
+    database_encryption_key: str | None = None  # Cloud KMS key for application-layer Secrets encryption
 
 
-def build_kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
-    """A kubeconfig that authenticates through gke-gcloud-auth-plugin: no static token is ever stored."""
+def build_kubeconfig(name: str, dns_endpoint: str) -> str:
+    """A kubeconfig for the control plane's DNS endpoint, authenticating through gke-gcloud-auth-plugin: no static
+    token is ever stored. The DNS endpoint serves a publicly trusted certificate, so no cluster CA is needed (as
+    `gcloud container clusters get-credentials --dns-endpoint` writes it); IAM checks every request before the
+    Kubernetes API server sees it."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [
-            {"name": name, "cluster": {"server": f"https://{endpoint}", "certificate-authority-data": ca_certificate}}
-        ],
+        "clusters": [{"name": name, "cluster": {"server": f"https://{dns_endpoint}"}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
         "current-context": name,
         "users": [
@@ -74,6 +80,42 @@ def build_kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
         ],
     }
     return json.dumps(config, indent=2)
+
+
+def control_plane_access(
+    authorized_networks: tuple[str, ...],
+) -> tuple[
+    gcp.container.ClusterControlPlaneEndpointsConfigArgs, gcp.container.ClusterMasterAuthorizedNetworksConfigArgs | None
+]:
+    """The DNS endpoint always on (IAM-gated, reachable wherever Google APIs are); the IP endpoint only when
+    authorized networks are given, and then for those ranges alone (not even Google Cloud's public IPs)."""
+    endpoints = gcp.container.ClusterControlPlaneEndpointsConfigArgs(
+        dns_endpoint_config=gcp.container.ClusterControlPlaneEndpointsConfigDnsEndpointConfigArgs(
+            allow_external_traffic=True
+        ),
+        ip_endpoints_config=gcp.container.ClusterControlPlaneEndpointsConfigIpEndpointsConfigArgs(
+            enabled=bool(authorized_networks)
+        ),
+    )
+    if not authorized_networks:
+        return endpoints, None
+    return endpoints, gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(
+        cidr_blocks=[
+            gcp.container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(
+                cidr_block=cidr, display_name=f"authorizedNetworks-{n}"
+            )
+            for n, cidr in enumerate(authorized_networks)
+        ],
+        gcp_public_cidrs_access_enabled=False,
+    )
+
+
+def database_encryption(key_name: str | None) -> gcp.container.ClusterDatabaseEncryptionArgs:
+    """Secrets in etcd encrypted with the given Cloud KMS key, or GKE's default encryption at rest (stated, so that
+    removing the key is a visible change)."""
+    if key_name:
+        return gcp.container.ClusterDatabaseEncryptionArgs(state="ENCRYPTED", key_name=key_name)
+    return gcp.container.ClusterDatabaseEncryptionArgs(state="DECRYPTED")
 
 
 def maintenance_policy(window_start: str, exclusion: str | None) -> gcp.container.ClusterMaintenancePolicyArgs:
@@ -107,6 +149,8 @@ class GkeCluster(pulumi.ComponentResource):
     node_service_account: gcp.serviceaccount.Account
     node_roles: list[gcp.projects.IAMMember]
     cpu_pool: gcp.container.NodePool
+    kms_binding: gcp.kms.CryptoKeyIAMMember | None
+    dns_endpoint: pulumi.Output[str]
     kubeconfig: pulumi.Output[str]
     provider: k8s.Provider
 
@@ -129,6 +173,22 @@ class GkeCluster(pulumi.ComponentResource):
             parent=self,
             apis=args.services.needed_by("cloudresourcemanager"),
         )
+
+        # GKE's service agent must be able to use the KMS key before the cluster is created with it. The agent
+        # exists once the Kubernetes Engine API is on.
+        self.kms_binding = None
+        if args.database_encryption_key:
+            project_number = gcp.organizations.get_project_output(
+                project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
+            ).number
+            self.kms_binding = gcp.kms.CryptoKeyIAMMember(
+                f"{name}-secrets-key",
+                crypto_key_id=args.database_encryption_key,
+                role=KMS_ENCRYPTER_DECRYPTER_ROLE,
+                member=project_number.apply(lambda number: f"serviceAccount:{gke_service_agent(str(number))}"),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=args.services.needed_by("container")),
+            )
+        endpoints, authorized_networks = control_plane_access(args.authorized_networks)
 
         self.cluster = gcp.container.Cluster(
             name,
@@ -167,17 +227,37 @@ class GkeCluster(pulumi.ComponentResource):
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
             min_master_version=args.gke_version,
             maintenance_policy=maintenance_policy(args.maintenance_window_start, args.maintenance_exclusion),
+            # Nodes without external IPs (Private Service Connect: no control-plane CIDR to pick); Cloud NAT gives
+            # them the internet. Pulumi's docs advise leaving the block out rather than setting it false.
+            private_cluster_config=gcp.container.ClusterPrivateClusterConfigArgs(enable_private_nodes=True)
+            if args.private_nodes
+            else None,
+            control_plane_endpoints_config=endpoints,
+            master_authorized_networks_config=authorized_networks,
+            # No client certificate is issued: every identity goes through IAM (and RBAC).
+            master_auth=gcp.container.ClusterMasterAuthArgs(
+                client_certificate_config=gcp.container.ClusterMasterAuthClientCertificateConfigArgs(
+                    issue_client_certificate=False
+                )
+            ),
+            enable_shielded_nodes=True,
+            database_encryption=database_encryption(args.database_encryption_key),
             # Node pools are managed below; the default pool only exists while the cluster is created.
             remove_default_node_pool=True,
             initial_node_count=1,
             node_config=gcp.container.ClusterNodeConfigArgs(
-                service_account=self.node_service_account.email, oauth_scopes=[CLOUD_PLATFORM_SCOPE]
+                service_account=self.node_service_account.email,
+                oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+                shielded_instance_config=gcp.container.ClusterNodeConfigShieldedInstanceConfigArgs(**SHIELDED_NODE),
             ),
             deletion_protection=args.deletion_protection,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 # GKE turns on system logging and monitoring at creation: those APIs must be on too.
-                depends_on=args.services.needed_by("container", "logging", "monitoring"),
+                depends_on=[
+                    *args.services.needed_by("container", "logging", "monitoring"),
+                    *([self.kms_binding] if self.kms_binding else []),
+                ],
                 ignore_changes=["nodeConfig", "initialNodeCount"],
             ),
         )
@@ -206,6 +286,7 @@ class GkeCluster(pulumi.ComponentResource):
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA"
                 ),
+                shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(**SHIELDED_NODE),
             ),
             # Nodes pull images and write logs with these roles from their first boot.
             opts=pulumi.ResourceOptions(
@@ -213,10 +294,14 @@ class GkeCluster(pulumi.ComponentResource):
             ),
         )
 
+        # Pulumi and kubectl reach the API through the DNS endpoint only (the IP endpoint may well be off).
+        self.dns_endpoint = self.cluster.control_plane_endpoints_config.apply(
+            lambda config: str(config.dns_endpoint_config.endpoint)  # type: ignore[union-attr]
+        )
         self.kubeconfig = pulumi.Output.secret(
-            pulumi.Output.all(
-                self.cluster.name, self.cluster.endpoint, self.cluster.master_auth.cluster_ca_certificate
-            ).apply(lambda parts: build_kubeconfig(str(parts[0]), str(parts[1]), str(parts[2])))
+            pulumi.Output.all(self.cluster.name, self.dns_endpoint).apply(
+                lambda parts: build_kubeconfig(str(parts[0]), str(parts[1]))
+            )
         )
         self.provider = k8s.Provider(
             f"{name}-k8s",
@@ -231,6 +316,7 @@ class GkeCluster(pulumi.ComponentResource):
                 "location": self.cluster.location,
                 "cpuPool": self.cpu_pool.name,
                 "nodeServiceAccount": self.node_service_account.email,
+                "dnsEndpoint": self.dns_endpoint,
                 "kubeconfig": self.kubeconfig,
             }
         )

@@ -33,7 +33,7 @@ def parse_gke_version(version: str) -> tuple[int, ...] | None:
 
 @dataclass(frozen=True)
 class VersionFloor:
-    version: str  # a full GKE version: the lowest that works
+    version: str  # the lowest GKE version that works: a full version, or a bare minor for the whole minor
     needed_by: str  # what needs it, as the error message names it
     source: str
 
@@ -64,12 +64,16 @@ IMAGE_CACHE_DISK_FLOOR = VersionFloor(
 IMAGE_CACHE_DISK_MODE = "CONTAINER_IMAGE_CACHE"
 
 
-def version_floors(gpu_floor: VersionFloor, provisioning: str, image_cache_disk: bool = False) -> list[VersionFloor]:
-    """Every floor that applies to a stack: the GPU's own (RDMA), Lustre's, flex-start's and the image cache disk's
-    when used."""
+def version_floors(
+    gpu_floor: VersionFloor, provisioning: str, private_nodes: bool = False, image_cache_disk: bool = False
+) -> list[VersionFloor]:
+    """Every floor that applies to a stack: the GPU's own (RDMA), Lustre's, and flex-start's, private nodes' and the
+    image cache disk's when used."""
     floors = [gpu_floor, LUSTRE_CSI_FLOOR]
     if provisioning == "flexStart":
         floors.append(FLEX_START_FLOOR)
+    if private_nodes:
+        floors.append(PRIVATE_NODES_PSC_FLOOR)
     if image_cache_disk:
         floors.append(IMAGE_CACHE_DISK_FLOOR)
     return floors
@@ -136,3 +140,51 @@ DEFAULT_MAINTENANCE_WINDOW_START = "09:00"
 # `modules/network/vpc` module, whose default MTU is 8896 (variables.tf), and xpk uses 8896 for A3 Ultra and A4;
 # 8244 is the A3 Mega (GPUDirect-TCPXO) value.
 GVNIC_MTU = 8896
+
+# ---------------------------------------------------------------------------------------------------------------
+# Control plane access, private nodes, shielded nodes, secrets encryption
+
+# The DNS-based control-plane endpoint is how Pulumi and kubectl reach the API: every request passes Google's IAM
+# (container.clusters.connect) before the Kubernetes API server sees it, from any network that reaches Google APIs.
+# Google Cloud blog "A new flexible DNS-based approach for accessing the GKE control plane" (2024-11-11): "available
+# today on every cluster, regardless of version or cluster configuration", so it adds no version floor. GKE docs
+# (concepts/network-isolation) name DNS-only access as the best practice; CIS GKE Benchmark v2.0.0, 5.6.4: prefer
+# DNS-based access, and disable the IP-based endpoint or restrict it to trusted networks.
+DNS_ENDPOINT_SOURCE = "Google Cloud blog 2024-11-11 (new DNS-based endpoint); GKE docs: concepts/network-isolation"
+# Most CIDR blocks master authorized networks take: container v1 API (discovery document, revision 20261027),
+# MasterAuthorizedNetworksConfig.cidrBlocks: "up to 50 external networks". (GKE docs allow 100 on some newer
+# clusters; 50 holds on every cluster.)
+MAX_AUTHORIZED_NETWORKS = 50
+# Private nodes without a control-plane CIDR (masterIpv4CidrBlock): clusters created at 1.29 or later connect nodes
+# to the control plane through Private Service Connect, so private nodes need no /28 and no VPC peering. GKE docs:
+# how-to/latest/network-isolation ("create your cluster in version 1.29 and later"); Cluster Toolkit's gke-cluster
+# still passes a /28 (172.16.0.32/28) for older, peering-based clusters. A bare minor: the whole of 1.29 qualifies.
+PRIVATE_NODES_PSC_FLOOR = VersionFloor(
+    "1.29",
+    "private nodes over Private Service Connect (no control-plane CIDR)",
+    "GKE docs: how-to/latest/network-isolation",
+)
+# Secure boot and integrity monitoring on every pool. CT gke-node-pool (variables.tf `enable_secure_boot`, default
+# true: "Keep enabled unless custom kernel modules need to be loaded"; main.tf sets enable_integrity_monitoring =
+# true) and gke-cluster's system pool do so; the gke-a3-ultragpu and gke-a4 blueprints keep that default on their
+# GPU pools, whose drivers GKE installs (gpu_driver_version DEFAULT, as here): those are signed, so secure boot does
+# not stop them loading. A driver installed by a DaemonSet instead would need secure boot off.
+SHIELDED_NODES_SOURCE = (
+    "CT modules/compute/gke-node-pool (enable_secure_boot default true); blueprints gke-a3-ultragpu, gke-a4"
+)
+# Application-layer secrets encryption (container v1 DatabaseEncryption.keyName, e.g.
+# projects/my-project/locations/global/keyRings/my-ring/cryptoKeys/my-key). GKE docs (how-to/encrypting-secrets):
+# the key must be in the same location as the cluster (its region, for this regional cluster), and GKE's service
+# agent service-PROJECT_NUMBER@container-engine-robot.iam.gserviceaccount.com needs
+# roles/cloudkms.cryptoKeyEncrypterDecrypter on it. Key ring and key ids: 1-63 letters, digits, '_' or '-' (Cloud KMS
+# resource naming); project ids: 6-30 lowercase letters, digits or '-', starting with a letter.
+KMS_KEY_RE = re.compile(
+    r"^projects/([a-z][a-z0-9-]{4,28}[a-z0-9])/locations/([a-z0-9-]+)/keyRings/([A-Za-z0-9_-]{1,63})"
+    r"/cryptoKeys/([A-Za-z0-9_-]{1,63})$"
+)
+KMS_ENCRYPTER_DECRYPTER_ROLE = "roles/cloudkms.cryptoKeyEncrypterDecrypter"
+
+
+def gke_service_agent(project_number: str) -> str:
+    """The GKE service agent of a project: it encrypts and decrypts Secrets with the cluster's KMS key."""
+    return f"service-{project_number}@container-engine-robot.iam.gserviceaccount.com"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from infra.cluster import AUTOSCALED_FIELDS, CLOUD_PLATFORM_SCOPE, GkeCluster
+from infra.cluster import AUTOSCALED_FIELDS, CLOUD_PLATFORM_SCOPE, SHIELDED_NODE, GkeCluster
 from infra.gke_rules import IMAGE_CACHE_DISK_MODE, flex_start_violations
 from infra.network import Networks
 from infra.presets import GpuPreset
@@ -160,6 +160,8 @@ class GpuNodePool(pulumi.ComponentResource):
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA"
                 ),
+                # Secure boot holds with GKE's own (signed) GPU drivers, as in Cluster Toolkit's A3 Ultra/A4 pools.
+                shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(**SHIELDED_NODE),
                 **image_cache_config(args.image_cache_disk),  # type: ignore[arg-type]
                 **provisioning,  # type: ignore[arg-type]
             ),

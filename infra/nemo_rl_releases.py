@@ -55,8 +55,10 @@ DEFAULT_IMAGE = "nvcr.io/nvidia/nemo-rl:v0.5.0"
 
 
 def image_tag(image: str) -> str:
-    """'nvcr.io/nvidia/nemo-rl:v0.7.0' -> 'v0.7.0' (a registry port such as host:5000/... is not a tag)."""
-    return image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else ""
+    """'nvcr.io/nvidia/nemo-rl:v0.7.0' -> 'v0.7.0', also with a digest after it ('...:v0.7.0@sha256:...'): the tag
+    names the release, the digest only pins it. A registry port such as host:5000/... is not a tag."""
+    named = image.split("@", 1)[0]
+    return named.rsplit(":", 1)[1] if ":" in named.rsplit("/", 1)[-1] else ""
 
 
 def release_for(image: str) -> NemoRlRelease | None:

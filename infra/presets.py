@@ -22,6 +22,11 @@ class GpuPreset:
     rdma_nics: int = 8
 
 
+# Boot disks of both pools (infra/cluster.py, infra/gpu_pool.py; the NeMo RL image is tens of GB). The cost estimate
+# counts them; tests/test_cost.py holds these to what the pools register.
+BOOT_DISK_GIB = 500
+CPU_BOOT_DISK_TYPE = "pd-balanced"
+
 GPU_PRESETS: dict[str, GpuPreset] = {
     preset.gpu_type: preset
     for preset in (

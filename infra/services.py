@@ -26,7 +26,7 @@ REQUIRED_APIS: dict[str, str] = {
 # enough: it cannot grant project roles, and private services access needs compute.networkAdmin's peering rights.
 DEPLOYER_ROLES: dict[str, str] = {
     "roles/serviceusage.serviceUsageAdmin": "enable the APIs above",
-    "roles/compute.networkAdmin": "VPCs, subnets, the peering range, private services access",
+    "roles/compute.networkAdmin": "VPCs, subnets, the peering range, private services access, Cloud Router and NAT",
     "roles/compute.securityAdmin": "the gVNIC and Lustre firewall rules",
     "roles/servicenetworking.networksAdmin": "the Service Networking peering",
     "roles/container.admin": "the cluster, node pools and every Kubernetes object",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -30,7 +32,9 @@ _DNS_LABEL_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _ZONE_RE = re.compile(r"^([a-z]+-[a-z]+[0-9]+)-[a-z]$")
 _MAINTENANCE_WINDOW_RE = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 _RFC1918 = tuple(ipaddress.IPv4Network(cidr) for cidr in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
-_IMAGE_RE = re.compile(r"^[a-z0-9.\-/:]+:[A-Za-z0-9_.\-]+$")
+_IMAGE_RE = re.compile(r"^[a-z0-9.\-/:]+:[A-Za-z0-9_.\-]+$")  # repository:tag (the digest is split off first)
+# An image digest as registries give it: the tag still names the NeMo RL release, the digest pins its bytes.
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _RAY_VERSION_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 # A Cloud Storage bucket name without dots (dotted names need domain verification).
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$")
@@ -114,6 +118,13 @@ class InfraSettings:
     gpu_autoscaling: bool
     idle_timeout_seconds: int
     export_bucket: str  # "" (no export), "create", or an existing bucket's name
+    # Security of the cluster itself (issue 17): nodes without public IPs (Cloud NAT for egress), the control plane
+    # reached through its IAM-gated DNS endpoint, its IP endpoint off unless authorized networks are given.
+    private_nodes: bool = True
+    authorized_networks: tuple[str, ...] = ()
+    database_encryption_key: str | None = None  # a Cloud KMS key for application-layer Secrets encryption
+    # The user's own rate for one GPU node-hour (committed use, negotiated); None: the price table's.
+    gpu_node_hourly_price: float | None = None
     # A disk image holding the NeMo RL image (projects/P/global/images/NAME), given to GPU nodes as a secondary boot
     # disk in CONTAINER_IMAGE_CACHE mode; "" for none.
     image_cache_disk: str = ""
@@ -320,7 +331,9 @@ def _shm_size(value: Any, ray_worker: PodResources) -> str:
     return size
 
 
-def _gke_version(value: Any, preset: GpuPreset, provisioning: str, image_cache_disk: bool = False) -> str:
+def _gke_version(
+    value: Any, preset: GpuPreset, provisioning: str, private_nodes: bool, image_cache_disk: bool = False
+) -> str:
     """A bare minor (GKE picks that minor's current patch) or a full version, at or above every floor that applies
     (gke_rules: the GPU's RDMA floor, the Lustre CSI driver's, flex-start's)."""
     version = str(value)
@@ -332,7 +345,7 @@ def _gke_version(value: Any, preset: GpuPreset, provisioning: str, image_cache_d
     rdma = gke_rules.VersionFloor(
         preset.min_gke_version, f"GPUDirect RDMA on {preset.gpu_type}", "GKE docs: gpu-bandwidth-gpudirect-rdma"
     )
-    floors = gke_rules.version_floors(rdma, provisioning, image_cache_disk)
+    floors = gke_rules.version_floors(rdma, provisioning, private_nodes, image_cache_disk)
     for floor in sorted(floors, key=lambda f: gke_rules.parse_gke_version(f.version) or (), reverse=True):
         if gke_rules.below_floor(version, floor):
             raise ConfigError(
@@ -433,9 +446,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
     if not _DNS_LABEL_RE.match(ksa):
         raise ConfigError("kubernetesServiceAccount", ksa, "a DNS label: a-z, 0-9, '-', 1-63 characters")
 
-    image = str(values.get("nemoRlImage", DEFAULT_IMAGE))
-    if not _IMAGE_RE.match(image) or image.endswith(":latest"):
-        raise ConfigError("nemoRlImage", image, f"an image reference with a pinned tag, e.g. {DEFAULT_IMAGE}")
+    image = _image(values.get("nemoRlImage", DEFAULT_IMAGE))
     release = release_for(image)
     ray_version = values.get("rayVersion") or (release.ray_version if release else None)
     if release and str(ray_version) != release.ray_version:
@@ -456,6 +467,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         raise ConfigError("rayVersion", ray_version, "a Ray release such as 2.49.2")
 
     maintenance_window_start, maintenance_exclusion = _maintenance(values)
+    private_nodes = _as_bool("privateNodes", values.get("privateNodes", True))
     image_cache_disk = _image_cache_disk(values.get("imageCacheDisk", ""), project)
     # On by default where idle GPUs cost money that can be saved (spot, flex-start); a reservation bills anyway.
     # Empty (the declared default) means: by provisioning mode.
@@ -487,7 +499,11 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         ray_worker_replicas=replicas,
         cluster_name=cluster_name,
         gke_version=_gke_version(
-            values.get("gkeVersion", gke_rules.DEFAULT_GKE_VERSION), preset, provisioning, bool(image_cache_disk)
+            values.get("gkeVersion", gke_rules.DEFAULT_GKE_VERSION),
+            preset,
+            provisioning,
+            private_nodes,
+            bool(image_cache_disk),
         ),
         release_channel=release_channel,
         cpu_machine_type=cpu_machine_type,
@@ -511,8 +527,114 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         gpu_autoscaling=gpu_autoscaling,
         idle_timeout_seconds=idle_timeout,
         export_bucket=_export_bucket(values.get("exportBucket", "")),
+        private_nodes=private_nodes,
+        authorized_networks=_authorized_networks(values.get("authorizedNetworks")),
+        database_encryption_key=_database_encryption_key(values.get("databaseEncryptionKey", ""), region),
+        gpu_node_hourly_price=_gpu_node_hourly_price(values.get("gpuNodeHourlyPrice", "")),
         image_cache_disk=image_cache_disk,
     )
+
+
+def _image(value: Any) -> str:
+    """`repository:tag` or `repository:tag@sha256:<64 hex>`: the tag names the NeMo RL release, a digest pins the
+    exact image (what the registry serves for the tag may change; the digest cannot)."""
+    image = str(value)
+    named, at, digest = image.partition("@")
+    if at and not _DIGEST_RE.match(digest):
+        raise ConfigError(
+            "nemoRlImage",
+            image,
+            f"a digest of the form sha256: and 64 lowercase hex digits after '@', e.g. {DEFAULT_IMAGE}@sha256:"
+            f"{'0' * 64} (as `docker buildx imagetools inspect` or the registry prints it)",
+        )
+    if not _IMAGE_RE.match(named) or named.endswith(":latest"):
+        raise ConfigError(
+            "nemoRlImage",
+            image,
+            f"an image reference with a pinned tag, e.g. {DEFAULT_IMAGE}, optionally pinned further by digest "
+            f"({DEFAULT_IMAGE}@sha256:<64 hex digits>)",
+        )
+    return image
+
+
+def _authorized_networks(raw: Any) -> tuple[str, ...]:
+    """CIDR ranges allowed to reach the control plane's IP endpoint; none (the default) turns that endpoint off
+    and leaves only the IAM-gated DNS endpoint. Set as a list in the stack file, or as JSON / comma-separated text."""
+    key = "authorizedNetworks"
+    if raw is None or raw == "":
+        return ()
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text.startswith(("[", "{")):
+            try:
+                raw = json.loads(text)
+            except ValueError:
+                raise ConfigError(key, raw, 'a list of CIDR ranges, e.g. ["203.0.113.0/24"]') from None
+        else:
+            raw = [part.strip() for part in text.split(",") if part.strip()]
+    if not isinstance(raw, list):
+        raise ConfigError(key, raw, 'a list of CIDR ranges, e.g. ["203.0.113.0/24"]')
+    limit = gke_rules.MAX_AUTHORIZED_NETWORKS
+    if len(raw) > limit:
+        raise ConfigError(key, raw, f"at most {limit} CIDR ranges (GKE's limit)")
+    seen: dict[ipaddress.IPv4Network, int] = {}
+    for n, cidr in enumerate(raw):
+        item = f"{key}[{n}]"
+        try:
+            network = ipaddress.ip_network(str(cidr), strict=True)
+        except ValueError:
+            raise ConfigError(item, cidr, "an IPv4 CIDR range with no host bits, such as 203.0.113.0/24") from None
+        if not isinstance(network, ipaddress.IPv4Network):
+            raise ConfigError(item, cidr, "an IPv4 CIDR range (GKE's authorized networks are IPv4)")
+        if network.prefixlen < 8:
+            raise ConfigError(
+                item, cidr, "a range of /8 or narrower: a wider one opens the control plane to much of the internet"
+            )
+        if network in seen:
+            raise ConfigError(item, cidr, f"a range not already listed (it repeats {key}[{seen[network]}])")
+        seen[network] = n
+    return tuple(str(cidr) for cidr in raw)
+
+
+def _database_encryption_key(value: Any, region: str) -> str | None:
+    key_name = str(value or "")
+    if not key_name:
+        return None
+    match = gke_rules.KMS_KEY_RE.match(key_name)
+    if not match:
+        raise ConfigError(
+            "databaseEncryptionKey",
+            key_name,
+            "'' (GKE's default encryption), or a Cloud KMS key's resource name: "
+            f"projects/PROJECT/locations/{region}/keyRings/RING/cryptoKeys/KEY",
+        )
+    if match.group(2) != region:
+        raise ConfigError(
+            "databaseEncryptionKey",
+            key_name,
+            f"a key in the cluster's region: locations/{region} (GKE requires the key in the cluster's location), "
+            f"not locations/{match.group(2)}",
+        )
+    return key_name
+
+
+def _gpu_node_hourly_price(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        price = float(str(value))
+    except (TypeError, ValueError):
+        price = math.nan
+    if not math.isfinite(price) or price <= 0:
+        raise ConfigError(
+            "gpuNodeHourlyPrice",
+            value,
+            "a positive number of US dollars per GPU node-hour, such as 61.50 (your committed-use or negotiated "
+            "rate), or empty for the price table's rate",
+        )
+    return price
 
 
 # A Compute Engine image: its name (in the stack's project) or its full resource path.
@@ -556,7 +678,9 @@ _PLAIN_KEYS = (
     "deletionProtection", "namespace", "kubernetesServiceAccount", "nemoRlImage", "rayVersion", "shmSize",
     "maintenanceWindowStart", "maintenanceExclusion", "maxRunHours",
     "rayAutoscaling", "rayIdleTimeoutSeconds",
-    "exportBucket", "imageCacheDisk",
+    "exportBucket",
+    "privateNodes", "authorizedNetworks", "databaseEncryptionKey",
+    "gpuNodeHourlyPrice", "imageCacheDisk",
 )  # fmt: skip
 _OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker")
 

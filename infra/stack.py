@@ -11,7 +11,9 @@ from infra.cost import CostInputs, estimate
 from infra.export_bucket import ExportBucket, ExportBucketArgs
 from infra.gpu_pool import GpuNodePool, GpuNodePoolArgs, nodes_at_creation
 from infra.lustre import LustreArgs, ManagedLustre
+from infra.nat import ClusterEgress, ClusterEgressArgs
 from infra.network import Networks, NetworksArgs
+from infra.presets import BOOT_DISK_GIB, CPU_BOOT_DISK_TYPE
 from infra.services import ProjectServices, ProjectServicesArgs
 from infra.settings import EXPORT_BUCKET_CREATE, InfraSettings
 
@@ -24,6 +26,7 @@ class Infra:
     lustre: ManagedLustre
     services: ProjectServices
     export_bucket: ExportBucket | None = None
+    egress: ClusterEgress | None = None  # Cloud NAT, with private nodes
 
 
 def build_infra(settings: InfraSettings) -> Infra:
@@ -71,8 +74,24 @@ def build_infra(settings: InfraSettings) -> Infra:
             services=services,
             maintenance_window_start=settings.maintenance_window_start,
             maintenance_exclusion=settings.maintenance_exclusion,
+            private_nodes=settings.private_nodes,
+            authorized_networks=settings.authorized_networks,
+            database_encryption_key=settings.database_encryption_key,
         ),
     )
+    # Private nodes reach nvcr.io and Hugging Face through Cloud NAT; nodes with public IPs need none.
+    egress = None
+    if settings.private_nodes:
+        egress = ClusterEgress(
+            "egress",
+            ClusterEgressArgs(
+                name_prefix=settings.cluster_name,
+                project=settings.project,
+                region=settings.region,
+                networks=networks,
+                services=services,
+            ),
+        )
     gpu_pool = GpuNodePool(
         "gpu",
         GpuNodePoolArgs(
@@ -111,6 +130,7 @@ def build_infra(settings: InfraSettings) -> Infra:
         lustre=lustre,
         services=services,
         export_bucket=export_bucket,
+        egress=egress,
     )
 
 
@@ -127,6 +147,13 @@ def cost_inputs(settings: InfraSettings) -> CostInputs:
         lustre_capacity_gib=settings.lustre.capacity_gib,
         lustre_tier=settings.lustre.throughput_mbps_per_tib,
         protect_data=settings.protect_data,
+        gpu_boot_disk_type=settings.preset.boot_disk_type,
+        gpu_boot_disk_gib=BOOT_DISK_GIB,
+        cpu_boot_disk_type=CPU_BOOT_DISK_TYPE,
+        cpu_boot_disk_gib=BOOT_DISK_GIB,
+        export_bucket=settings.export_bucket == EXPORT_BUCKET_CREATE,
+        gpu_node_hourly_price=settings.gpu_node_hourly_price,
+        cloud_nat=settings.private_nodes,  # ClusterEgress exists exactly then
     )
 
 

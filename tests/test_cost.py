@@ -1,23 +1,32 @@
-"""The cost estimate: the arithmetic per provisioning mode and Lustre tier, unknown regions and machines, the
-price table's own consistency, and that it covers what the shipped stacks use."""
+"""The cost estimate: the arithmetic per provisioning mode, Lustre tier, boot disks, GKE fee and Cloud NAT; derived,
+borrowed and user figures named; unknown regions and machines; the price table's own consistency and its sourced
+figures; what the shipped stacks print; and that the dev stack's Lustre is the cheapest that passes its pre-flight."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
-from conftest import INFRA_STACKS, ROOT
+import yaml
+from conftest import INFRA_STACKS, ROOT, run_infra_stack
+from script_loader import load_script
 
 from infra import cost, prices
-from infra.cost import CostInputs, estimate, summary_lines
-from infra.prices import FLEX_START, ON_DEMAND, SPOT, Price
-from infra.settings import build_settings
+from infra.cost import USER_RATE, CostInputs, estimate, summary_lines
+from infra.prices import FLEX_START, ON_DEMAND, SPOT, Other, Price
+from infra.settings import LUSTRE_TIERS, ConfigError, build_settings
 from infra.stack import cost_inputs
 from tools.offline import load_stack_config
 
-REGION = "test-region1"
+lustre_io = load_script("jobs/preflight/lustre_io.py", "preflight_lustre_io")
+
+REGION, NEIGHBOUR = "test-region1", "test-region2"
 GPU, CPU = 80.0, 5.0  # dollars per hour in the test table
+GPU_DISK, CPU_DISK = 0.08, 0.10  # dollars per GiB-month
 LUSTRE = {125: 0.1, 250: 0.2, 500: 0.3, 1000: 0.4}  # dollars per GiB-month
+GKE = prices.GKE_CLUSTER_HOURLY.usd
+H = prices.HOURS_PER_MONTH
 
 INPUTS = CostInputs(
     region=REGION,
@@ -31,19 +40,40 @@ INPUTS = CostInputs(
     lustre_capacity_gib=18_000,
     lustre_tier=500,
     protect_data=True,
+    gpu_boot_disk_gib=500,
+    cpu_boot_disk_gib=400,
 )
+GPU_DISK_HOURLY = 500 * GPU_DISK / H
+CPU_DISK_HOURLY = 400 * CPU_DISK / H
 
 
 @pytest.fixture
 def table(monkeypatch: pytest.MonkeyPatch) -> None:
     """A known table, so the arithmetic is checked against numbers chosen here, not the dated ones."""
     machines = {
-        "a3-ultragpu-8g": {REGION: {ON_DEMAND: Price(GPU, "not-found"), SPOT: Price(GPU / 2, "not-found"),
-                                    FLEX_START: Price(GPU / 4, "not-found")}},
-        "n2-highmem-80": {REGION: {ON_DEMAND: Price(CPU, "not-found")}},
+        "a3-ultragpu-8g": {REGION: {ON_DEMAND: Price(GPU, "skypilot-catalog"), SPOT: Price(GPU / 2, "skypilot-catalog"),
+                                    FLEX_START: Price(GPU / 4, "skypilot-catalog")}},
+        "n2-highmem-80": {REGION: {ON_DEMAND: Price(CPU, "skypilot-catalog")}},
     }  # fmt: skip
     monkeypatch.setattr(cost, "MACHINE_HOURLY", machines)
-    monkeypatch.setattr(cost, "LUSTRE_GIB_MONTH", {tier: Price(usd, "not-found") for tier, usd in LUSTRE.items()})
+    monkeypatch.setattr(
+        cost, "LUSTRE_GIB_MONTH", {REGION: {tier: Price(usd, "lustre-billing-skus") for tier, usd in LUSTRE.items()}}
+    )
+    monkeypatch.setattr(
+        cost,
+        "DISK_GIB_MONTH",
+        {
+            "hyperdisk-balanced": {REGION: Price(GPU_DISK, "disk-pricing")},
+            "pd-balanced": {REGION: Price(CPU_DISK, "disk-pricing")},
+        },
+    )
+    monkeypatch.setattr(cost, "STORAGE_GB_MONTH", {REGION: Price(0.02, "storage-pricing")})
+    monkeypatch.setattr(cost, "NEAREST_PUBLISHED_REGIONS", {NEIGHBOUR: ("mars-north1", REGION)})
+
+
+def always(lustre_per_gib_month: float = LUSTRE[500]) -> float:
+    """What runs whatever the GPUs do: the GKE fee, the CPU node and its disk, Lustre."""
+    return GKE + CPU + CPU_DISK_HOURLY + 18_000 * lustre_per_gib_month / H
 
 
 @pytest.mark.parametrize(
@@ -52,17 +82,19 @@ def table(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("autoscaling", [False, True])
 def test_hourly_arithmetic_per_mode(table: None, mode: str, gpu_hourly: float, autoscaling: bool):
     result = estimate(replace(INPUTS, gpu_provisioning=mode, gpu_autoscaling=autoscaling))
-    lustre_hourly = 18_000 * LUSTRE[500] / 730
-    assert result.complete and result.notes == []
-    assert result.gpu_node_hourly == gpu_hourly
+    assert result.complete and result.unpriced == []
+    assert result.gpu_node_hourly == gpu_hourly and result.gpu_node_price_from == "table"
+    assert result.gke_cluster_hourly == GKE == 0.10
+    running_idle = 0 if autoscaling else 2  # released by the autoscaler, or held by the Ray cluster
     if mode == "reservation":
-        # The reservation bills all 3 reserved nodes, run or not, autoscaler or not.
-        assert result.per_hour_idle == pytest.approx(CPU + lustre_hourly + 3 * gpu_hourly)
-        assert result.per_hour_while_gpus_run == pytest.approx(CPU + lustre_hourly + 3 * gpu_hourly)
+        # The reservation bills all 3 reserved VMs, run or not; only the nodes that exist have a boot disk.
+        assert result.per_hour_idle == pytest.approx(always() + 3 * gpu_hourly + running_idle * GPU_DISK_HOURLY)
+        assert result.per_hour_while_gpus_run == pytest.approx(always() + 3 * gpu_hourly + 2 * GPU_DISK_HOURLY)
+        assert any("reservation bills all 3 reserved VM(s) at the on-demand rate" in n for n in result.notes)
     else:
-        idle_gpus = 0 if autoscaling else 2  # released by the autoscaler, or held by the Ray cluster
-        assert result.per_hour_idle == pytest.approx(CPU + lustre_hourly + idle_gpus * gpu_hourly)
-        assert result.per_hour_while_gpus_run == pytest.approx(CPU + lustre_hourly + 2 * gpu_hourly)
+        assert result.per_hour_idle == pytest.approx(always() + running_idle * (gpu_hourly + GPU_DISK_HOURLY))
+        assert result.per_hour_while_gpus_run == pytest.approx(always() + 2 * (gpu_hourly + GPU_DISK_HOURLY))
+        assert not any("reservation" in n for n in result.notes)
 
 
 @pytest.mark.parametrize("tier", sorted(LUSTRE))
@@ -71,63 +103,217 @@ def test_lustre_per_month_per_tier_and_after_destroy(table: None, tier: int):
     result = estimate(replace(INPUTS, lustre_capacity_gib=capacity, lustre_tier=tier))
     assert result.lustre_monthly == pytest.approx(capacity * LUSTRE[tier])
     assert result.per_month_after_destroy == pytest.approx(capacity * LUSTRE[tier])  # protectData keeps it
+    line = cost.after_destroy_line(result.as_output())
+    assert f"${capacity * LUSTRE[tier]:,.2f}" in line and f"72,000 GiB at {tier} MB/s/TiB" in line
     unprotected = estimate(replace(INPUTS, lustre_capacity_gib=capacity, lustre_tier=tier, protect_data=False))
     assert unprotected.per_month_after_destroy == 0.0
+    assert "nothing: protectData is off" in cost.after_destroy_line(unprotected.as_output())
 
 
-def test_unknown_region_machine_and_tier_give_notes_not_errors(table: None):
+def test_export_bucket_is_priced_per_gb_month_and_outlives_a_destroy(table: None):
+    assert estimate(INPUTS).export_bucket_gb_month is None
+    output = estimate(replace(INPUTS, export_bucket=True)).as_output()
+    assert output["exportBucketPerGbMonth"] == 0.02
+    assert "plus $0.020 per GB-month in the export bucket" in cost.after_destroy_line(output)
+
+
+def test_cloud_nat_per_vm_capped_plus_one_address(table: None):
+    plain = estimate(INPUTS)
+    nat = estimate(replace(INPUTS, cloud_nat=True))
+    # 1 CPU node + 2 GPU nodes use the gateway while the GPUs run; 1 + 2 with no run (no autoscaler).
+    assert nat.per_hour_while_gpus_run - plain.per_hour_while_gpus_run == pytest.approx(3 * 0.0014 + 0.005)
+    many = replace(INPUTS, cloud_nat=True, gpu_nodes=60, ray_worker_replicas=60)
+    extra = estimate(many).per_hour_while_gpus_run - estimate(replace(many, cloud_nat=False)).per_hour_while_gpus_run
+    assert extra == pytest.approx(0.044 + 0.005)  # capped at 32 VMs
+
+
+def test_the_users_gpu_rate_replaces_the_tables(table: None):
+    result = estimate(replace(INPUTS, gpu_provisioning="reservation", gpu_node_hourly_price=61.5))
+    assert result.gpu_node_hourly == 61.5 and result.gpu_node_price_from == USER_RATE
+    assert result.per_hour_idle == pytest.approx(always() + 3 * 61.5 + 2 * GPU_DISK_HOURLY)
+    assert any(
+        "$61.50/h is your figure (gpuNodeHourlyPrice); it replaces the table's $80.00" in n for n in result.notes
+    )
+    lines = summary_lines(result.as_output())
+    assert "one GPU node per hour:       $61.50 (your gpuNodeHourlyPrice)" in lines
+    # Also where the table has no figure at all: the user's rate makes the estimate complete.
+    unknown = estimate(replace(INPUTS, gpu_machine_type="x9-gpu-8g", gpu_node_hourly_price=40.0))
+    assert unknown.complete and unknown.gpu_node_hourly == 40.0
+    assert any("replaces the table, which has none" in n for n in unknown.notes)
+
+
+def test_a_region_without_figures_borrows_the_nearest_published_and_says_so(table: None):
+    result = estimate(replace(INPUTS, region=NEIGHBOUR))
+    assert result.complete and result.gpu_node_hourly == GPU / 2 and result.lustre_monthly == 18_000 * LUSTRE[500]
+    assert f"borrowed: a3-ultragpu-8g (spot) has no {NEIGHBOUR} figure; {REGION}'s is used" in result.notes
+    assert f"borrowed: Managed Lustre at 500 MB/s/TiB has no {NEIGHBOUR} figure; {REGION}'s is used" in result.notes
+
+
+def test_a_derived_figure_is_named_with_its_derivation(table: None, monkeypatch: pytest.MonkeyPatch):
+    derived = Price(GPU / 4, "skypilot-catalog", derived="the spot figure halved, for this test")
+    monkeypatch.setitem(cost.MACHINE_HOURLY["a3-ultragpu-8g"][REGION], FLEX_START, derived)
+    result = estimate(replace(INPUTS, gpu_provisioning="flexStart"))
+    assert result.complete
+    assert "derived: a3-ultragpu-8g (flexStart) $20.00: the spot figure halved, for this test" in result.notes
+    assert "note: derived: a3-ultragpu-8g (flexStart) $20.00: the spot figure halved, for this test" in (
+        summary_lines(result.as_output())
+    )
+
+
+def test_unknown_region_machine_and_tier_are_named_not_errors(table: None):
     result = estimate(replace(INPUTS, region="mars-north1", cpu_machine_type="x9-huge-1", lustre_tier=42))
     assert not result.complete
     assert result.gpu_node_hourly is None and result.cpu_node_hourly is None and result.lustre_monthly is None
-    assert result.per_hour_while_gpus_run == 0.0  # nothing known: nothing added, and said so
+    assert result.per_hour_while_gpus_run == pytest.approx(GKE)  # only the flat GKE fee is known
     assert result.per_month_after_destroy is None
-    assert any("no price for a3-ultragpu-8g (spot) in mars-north1" in note for note in result.notes)
-    assert any("no price for x9-huge-1 (onDemand) in mars-north1" in note for note in result.notes)
-    assert any("no price for Managed Lustre at 42 MB/s/TiB" in note for note in result.notes)
+    assert any("no price for a3-ultragpu-8g (spot) in mars-north1" in item for item in result.unpriced)
+    assert any("no price for x9-huge-1 (onDemand) in mars-north1" in item for item in result.unpriced)
+    assert any("no price for Managed Lustre at 42 MB/s/TiB" in item for item in result.unpriced)
     lines = summary_lines(result.as_output())
-    assert "per hour while the GPUs run: at least $0.00" in lines
-    assert "one GPU node per hour:       unknown" in lines
-    assert sum(line.startswith("note: no price for") for line in lines) == 3
+    assert "per hour while the GPUs run: at least $0.10" in lines
+    assert "one GPU node per hour:       unknown (the table's rate)" in lines
+    assert sum(line.startswith("not counted: no price for") for line in lines) == 5  # + the two boot disks
 
 
 def test_output_is_in_cents_and_names_its_date_and_sources(table: None):
     output = estimate(INPUTS).as_output()
     assert output["currency"] == "USD" and output["pricesReadOn"] == prices.PRICES_READ_ON
-    assert output["perHourWhileGpusRun"] == round(CPU + 18_000 * LUSTRE[500] / 730 + 2 * GPU / 2, 2)
-    assert output["complete"] is True
-    assert any("skypilot-catalog" in source for source in output["sources"])
+    assert output["perHourWhileGpusRun"] == round(always() + 2 * (GPU / 2 + GPU_DISK_HOURLY), 2)
+    assert output["gkeClusterPerHour"] == 0.1 and output["gpuNodeBootDiskPerMonth"] == 40.0
+    assert output["complete"] is True and output["unpriced"] == []
+    assert any("SkyPilot catalog" in s and "third-party catalog" in s for s in output["sources"])
+    assert any("Google Kubernetes Engine pricing (official page" in s for s in output["sources"])
 
 
-def test_every_price_names_a_source_and_the_table_a_date():
+# --- The dated table ---------------------------------------------------------------------------------------------
+
+
+def _all_prices() -> list[Price]:
+    found = [p for regions in prices.MACHINE_HOURLY.values() for modes in regions.values() for p in modes.values()]
+    found += [p for tiers in prices.LUSTRE_GIB_MONTH.values() for p in tiers.values()]
+    found += [p for regions in prices.DISK_GIB_MONTH.values() for p in regions.values()]
+    found += [*prices.STORAGE_GB_MONTH.values(), prices.GKE_CLUSTER_HOURLY]
+    found += [prices.NAT_PER_VM_HOURLY, prices.NAT_MAX_HOURLY, prices.NAT_IP_HOURLY, prices.NAT_PER_GIB]
+    return found
+
+
+def test_every_price_names_a_source_with_its_reliability_and_date():
     assert prices.PRICES_READ_ON.count("-") == 2
-    for regions in prices.MACHINE_HOURLY.values():
-        for modes in regions.values():
-            for price in modes.values():
-                assert price.source in prices.SOURCES
-                assert (price.usd is None) == (price.source == "not-found")
+    for price in _all_prices():
+        source = prices.SOURCES[price.source]
+        assert source.reliability in prices.RELIABILITIES and source.read_on.count("-") == 2
+        assert price.usd > 0 or price.source == "skypilot-catalog"  # SkyPilot's A4 machine rows are 0.0 + GPUs
+        for other in price.others:
+            assert other.source != price.source or other.usd != price.usd
+            assert len(other.why_not) > 20, "a figure not used says why"
     with pytest.raises(ValueError, match="unknown price source"):
         Price(1.0, "a blog")
+    with pytest.raises(ValueError, match="unknown price source"):
+        Price(1.0, "gke-pricing", others=(Other(2.0, "a blog", "because"),))
+    with pytest.raises(ValueError, match="unknown reliability"):
+        prices.Source("t", "w", "x", reliability="a hunch")
 
 
-def _shipped_stack_inputs() -> list[CostInputs]:
-    """What the estimate reads for each shipped example stack (a user's own stack may be anywhere), through the
-    program's own path: stack file plus Pulumi.yaml defaults, validated settings, cost inputs."""
-    inputs = []
-    for stack in INFRA_STACKS:
-        project, config = load_stack_config(ROOT, stack)
-        values = {key.removeprefix(f"{project}:"): value for key, value in config.items()}
-        inputs.append(cost_inputs(build_settings(values)))
-    assert inputs
-    return inputs
+def test_every_flex_start_figure_is_marked_derived():
+    """No source publishes a flex-start VM price for these machines: each one says how it was worked out."""
+    for machine, regions in prices.MACHINE_HOURLY.items():
+        for region, modes in regions.items():
+            if FLEX_START in modes:
+                assert "flex-start" in modes[FLEX_START].derived, (machine, region)
 
 
-def test_the_table_covers_what_the_shipped_stacks_use():
-    """Every shipped stack's machines, region, mode and tier have a row (a figure, or a stated "not found")."""
-    for used in _shipped_stack_inputs():
-        machine, region = used.gpu_machine_type, used.region
-        mode = prices.PRICE_MODE_OF_PROVISIONING[used.gpu_provisioning]
-        assert mode in prices.MACHINE_HOURLY[machine][region]
-        # The on-demand rate (what a reservation bills) was found for every shipped stack's GPU machine and region.
-        assert prices.MACHINE_HOURLY[machine][region][ON_DEMAND].usd is not None, (machine, region)
-        assert prices.MACHINE_HOURLY[used.cpu_machine_type][region][ON_DEMAND].usd is not None
-        assert used.lustre_tier in prices.LUSTRE_GIB_MONTH
+def test_the_issue_21_figures():
+    """The figures the issue questioned, as resolved: each with the competing figure kept beside it."""
+    a3u = prices.MACHINE_HOURLY["a3-ultragpu-8g"]["us-central1"][ON_DEMAND]
+    assert a3u.usd == pytest.approx(8 * 9.31174 + 12.266) and round(a3u.usd, 2) == 86.76
+    assert [(round(o.usd, 2), o.source) for o in a3u.others] == [(83.49, "gpu-list-prices")]
+    a4 = prices.MACHINE_HOURLY["a4-highgpu-8g"]["us-central1"]
+    assert a4[ON_DEMAND].usd == pytest.approx(8 * 16.11) and a4[ON_DEMAND].source == "billing-catalog-a4"
+    (skypilot,) = a4[ON_DEMAND].others
+    assert skypilot.usd == pytest.approx(0.70 * a4[ON_DEMAND].usd)  # the discounted-looking figure, recorded
+    assert a4[FLEX_START].usd == pytest.approx(0.50 * a4[ON_DEMAND].usd)
+    # SkyPilot's europe-west1 H200 x8 Price sits below its spot price: used as flex-start, not as on-demand.
+    assert prices._H200_X8_FLEX < prices._H200_X8_EUROPE_WEST1_SPOT
+    ew1 = prices.MACHINE_HOURLY["a3-ultragpu-8g"]["europe-west1"]
+    assert ew1[SPOT].usd < ew1[FLEX_START].usd < ew1[ON_DEMAND].usd
+    assert ew1[FLEX_START].usd == pytest.approx(prices._H200_X8_FLEX + 13.50609)
+    assert {t: p.usd for t, p in prices.LUSTRE_GIB_MONTH["us-central1"].items()} == {
+        125: 0.145,
+        250: 0.21,
+        500: 0.34,
+        1000: 0.60,
+    }
+    assert prices.GKE_CLUSTER_HOURLY.usd == 0.10 and prices.STORAGE_GB_MONTH["europe-west1"].usd == 0.020
+    assert prices.RESERVATION_PRICE_MODE == ON_DEMAND
+    assert prices.SOURCES[prices.RESERVATION_BILLING_SOURCE].reliability == prices.OFFICIAL
+
+
+# --- The shipped stacks ------------------------------------------------------------------------------------------
+
+
+def _shipped(stack: str, **overrides: object) -> CostInputs:
+    """What the estimate reads for a shipped example stack, through the program's own path: stack file plus
+    Pulumi.yaml defaults, validated settings, cost inputs."""
+    project, config = load_stack_config(ROOT, stack)
+    values = {key.removeprefix(f"{project}:"): value for key, value in config.items()}
+    return cost_inputs(build_settings({**values, **overrides}))
+
+
+@pytest.mark.parametrize("stack", INFRA_STACKS)
+def test_every_shipped_stack_has_a_complete_estimate(stack: str):
+    result = estimate(_shipped(stack))
+    assert result.complete, result.unpriced
+    lines = summary_lines(result.as_output())
+    assert not any("unknown" in line or "at least" in line for line in lines), lines
+    assert "GKE cluster fee per hour:    $0.10" in lines
+    assert result.gpu_boot_disk_monthly and result.cpu_boot_disk_monthly and result.lustre_monthly
+    assert result.per_hour_idle > GKE + result.lustre_monthly / H  # the fee, Lustre, the CPU node and its disk
+
+
+def test_dev_names_its_derived_and_borrowed_figures():
+    notes = estimate(_shipped("dev")).notes
+    assert any(n.startswith("derived: a3-ultragpu-8g (flexStart)") for n in notes)
+    assert "borrowed: Managed Lustre at 1000 MB/s/TiB has no europe-west1 figure; us-central1's is used" in notes
+
+
+def test_gpu_node_hourly_price_is_validated_and_reaches_the_estimate():
+    assert _shipped("h200").gpu_node_hourly_price is None  # the declared default "" means the table's rate
+    assert _shipped("h200", gpuNodeHourlyPrice="61.5").gpu_node_hourly_price == 61.5
+    for bad in ("0", "-3", "cheap", "nan", "inf", True):
+        with pytest.raises(ConfigError, match=r"gpuNodeHourlyPrice.*positive number of US dollars per GPU node-hour"):
+            _shipped("h200", gpuNodeHourlyPrice=bad)
+    declared = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]["gpuNodeHourlyPrice"]
+    assert declared == {**declared, "type": "string", "default": ""}
+    output = run_infra_stack("h200", overrides={"gpuNodeHourlyPrice": "61.5"}).outputs["estimatedCost"]
+    assert output["gpuNodePerHour"] == 61.5 and output["gpuNodePriceFrom"] == USER_RATE
+    assert any("is your figure (gpuNodeHourlyPrice)" in note for note in output["notes"])
+
+
+def test_boot_disks_counted_are_the_ones_the_pools_register():
+    run = run_infra_stack("b200")
+    pools = {pool.name: pool.inputs["nodeConfig"] for pool in run.of_type("gcp:container/nodePool:NodePool")}
+    used = _shipped("b200")
+    assert (pools["gpu"]["diskType"], pools["gpu"]["diskSizeGb"]) == (used.gpu_boot_disk_type, used.gpu_boot_disk_gib)
+    assert (pools["gke-cpu"]["diskType"], pools["gke-cpu"]["diskSizeGb"]) == (
+        used.cpu_boot_disk_type,
+        used.cpu_boot_disk_gib,
+    )
+
+
+def test_dev_lustre_is_the_cheapest_that_passes_its_own_preflight_for_one_node():
+    """Every Managed Lustre configuration (tier, smallest capacity: more capacity only costs more) against the
+    dev stack's one-node pre-flight, with the pipeline's own defaults. The cheapest passing one is dev's."""
+    dev = _shipped("dev")
+    rates = prices.LUSTRE_GIB_MONTH["us-central1"]
+    passing = {}
+    for tier, (minimum, *_rest) in LUSTRE_TIERS.items():
+        mark = lustre_io.io_threshold(
+            minimum, tier, 1, lustre_io.DEFAULT_NODE_LIMIT_GBPS, lustre_io.DEFAULT_MIN_FRACTION
+        )
+        # A healthy instance delivers what it is provisioned for; it passes if that reaches the pass mark, and the
+        # check must measure the node, not a starved instance (the pass mark is set by the node, not the instance).
+        if mark.instance_gbps >= mark.threshold_gbps and mark.limited_by == "nodes":
+            passing[(tier, minimum)] = minimum * rates[tier].usd
+    cheapest = min(passing, key=lambda config: passing[config])
+    assert cheapest == (dev.lustre_tier, dev.lustre_capacity_gib) == (1000, 9000)
+    assert math.isclose(passing[cheapest], 5400.0)

@@ -11,7 +11,14 @@ import yaml
 from conftest import HF_TOKEN, INFRA_STACKS, ROOT, WANDB_KEY, RunInfra
 
 from infra.settings import ConfigError
-from tools.offline import MissingConfigError, load_stack_config, plaintext_paths, run_program, set_config_path
+from tools.offline import (
+    MissingConfigError,
+    load_stack_config,
+    mock_dns_endpoint,
+    plaintext_paths,
+    run_program,
+    set_config_path,
+)
 
 NETWORK = "gcp:compute/network:Network"
 SUBNET = "gcp:compute/subnetwork:Subnetwork"
@@ -231,6 +238,10 @@ API_WAITS = {
     SUBNET: {"compute"},
     "gcp:compute/firewall:Firewall": {"compute"},
     "gcp:compute/globalAddress:GlobalAddress": {"compute"},
+    "gcp:compute/router:Router": {"compute"},
+    "gcp:compute/routerNat:RouterNat": {"compute"},
+    # With databaseEncryptionKey: GKE's service agent exists once the Kubernetes Engine API is on.
+    "gcp:kms/cryptoKeyIAMMember:CryptoKeyIAMMember": {"container"},
     "gcp:servicenetworking/connection:Connection": {"servicenetworking"},
     LUSTRE: {"lustre"},
     CLUSTER: {"container", "logging", "monitoring"},
@@ -386,7 +397,10 @@ def test_kubeconfig_is_a_secret_with_exec_auth(stack_run):
     user = kubeconfig["users"][0]["user"]
     assert user["exec"]["command"] == "gke-gcloud-auth-plugin"
     assert "token" not in user
-    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://203.0.113.10"
+    # The IAM-gated DNS endpoint GKE reports for the cluster, never the IP endpoint (off unless authorizedNetworks).
+    region = run.one(CLUSTER).inputs["location"]
+    assert kubeconfig["clusters"][0]["cluster"] == {"server": f"https://{mock_dns_endpoint(region)}"}
+    assert "203.0.113.10" not in run.outputs["kubeconfig"]
     provider = run.one("pulumi:providers:kubernetes")
     assert provider.raw_inputs["kubeconfig"].get("4dabf18193072939515e22adb298388d")  # stored encrypted
 

@@ -437,7 +437,8 @@ def test_cost_outputs_and_cost_file(rendered: Rendered):
     for key in ("perHourWhileGpusRun", "perHourIdle", "gpuNodePerHour", "lustrePerMonth", "perMonthAfterDestroy"):
         assert key in cost
     assert cost["perHourWhileGpusRun"] >= cost["perHourIdle"] > 0  # the CPU node always runs and has a price
-    assert cost["complete"] == (cost["notes"] == [])
+    assert cost["complete"] is True and cost["unpriced"] == []  # every shipped stack is priced in full
+    assert cost["gkeClusterPerHour"] == 0.1 and cost["gpuNodePriceFrom"] == "table"
     run = outputs["jobs"]["estimatedRun"]
     assert run["gpuHours"] > 0 and ("usd" in run)
     text = rendered.files["cost.txt"]
@@ -445,6 +446,7 @@ def test_cost_outputs_and_cost_file(rendered: Rendered):
     assert "per hour while the GPUs run:" in text and "GPU-hours" in text
     for note in cost["notes"]:
         assert f"note: {note}" in text
+    assert "unknown" not in text and "at least" not in text
 
 
 def test_readme_quotes_the_golden_cost_of_every_stack():
@@ -457,13 +459,38 @@ def test_readme_quotes_the_golden_cost_of_every_stack():
 
 
 def test_readme_cost_tool_replaces_only_the_blocks():
-    readme = "intro\n<!-- cost:dev -->\nold\n<!-- /cost:dev -->\nmiddle $1\n<!-- cost:b200 -->\n<!-- /cost:b200 -->\n"
-    new = readme_cost.updated(readme, {"dev": "per hour: $5.76\n", "b200": "x \\1 y\n"})
-    assert readme_cost.quoted(new, "dev") == "per hour: $5.76\n"
-    assert readme_cost.quoted(new, "b200") == "x \\1 y\n"  # taken literally, not as a regex template
-    assert new.startswith("intro\n") and "middle $1\n" in new
+    readme = (
+        "intro\n<!-- cost:dev -->\nold\n<!-- /cost:dev -->\nmiddle $1\n<!-- cost:b200 -->\n<!-- /cost:b200 -->\n"
+        "tear down\n<!-- after-destroy -->\nstale\n<!-- /after-destroy -->\nend\n"
+    )
+    dev = "per hour: $5.76\nper month after destroy:     $5,400.00 (Lustre)\n"
+    b200 = "x \\1 y\nper month after destroy:     $0.00 (nothing)\n"
+    new = readme_cost.updated(readme, {"dev": dev, "b200": b200})
+    assert readme_cost.quoted(new, "dev") == dev
+    assert readme_cost.quoted(new, "b200") == b200  # taken literally, not as a regex template
+    assert readme_cost.quoted_after_destroy(new) == (
+        "<!-- after-destroy -->\n```text\ndev   $5,400.00 (Lustre)\nb200  $0.00 (nothing)\n```\n<!-- /after-destroy -->"
+    )
+    assert new.startswith("intro\n") and "middle $1\n" in new and new.endswith("<!-- /after-destroy -->\nend\n")
     with pytest.raises(SystemExit, match="no <!-- cost:h200 --> block"):
         readme_cost.updated(readme, {"h200": "x\n"})
+    with pytest.raises(SystemExit, match="no <!-- after-destroy --> block"):
+        readme_cost.updated(readme.split("tear down")[0], {"dev": dev})
+    with pytest.raises(SystemExit, match="no single 'per month after destroy:' line"):
+        readme_cost.updated(readme, {"dev": "per hour: $5.76\n"})
+
+
+def test_readme_tear_down_quotes_what_every_stack_keeps_billing():
+    """The tear-down section's figures are the goldens' "per month after destroy" lines, Lustre dollars included."""
+    readme = (ROOT / "README.md").read_text()
+    costs = {p.parent.name: p.read_text() for p in sorted(GOLDEN.glob("*/cost.txt"))}
+    block = readme_cost.quoted_after_destroy(readme)
+    assert block == readme_cost.after_destroy_block(costs), "README's after-destroy block is stale: run `make golden`"
+    assert block is not None and readme.index(block) > readme.index("### 9. Tear down")
+    for stack in STACKS:
+        assert re.search(rf"^{stack} +\$[0-9,]+\.[0-9]{{2}} \(the Lustre instance protectData keeps", block, re.M), (
+            stack
+        )
 
 
 def test_summary_prints_the_cost(capsys: pytest.CaptureFixture[str], tmp_path: Path):

@@ -419,8 +419,11 @@ def test_image_cache_disk_has_its_gke_floor(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setitem(
         GPU_PRESETS, "nvidia-b200", dataclasses.replace(GPU_PRESETS["nvidia-b200"], min_gke_version="1.20.0-gke.1")
     )
-    expect_error("gkeVersion", "1.28.2-gke.1", "imageCacheDisk", gkeVersion="1.28.2-gke.1", imageCacheDisk="c")
-    assert settings_with(gkeVersion="1.28.2-gke.1").gke_version == "1.28.2-gke.1"
+    public = {"privateNodes": False}  # private nodes have a floor of their own (1.29), above this one
+    expect_error(
+        "gkeVersion", "1.28.2-gke.1", "imageCacheDisk", gkeVersion="1.28.2-gke.1", imageCacheDisk="c", **public
+    )
+    assert settings_with(gkeVersion="1.28.2-gke.1", **public).gke_version == "1.28.2-gke.1"
 
 
 def test_every_ray_pod_leaves_room_for_the_image_holder():

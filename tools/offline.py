@@ -94,6 +94,13 @@ def _ca() -> str:
     return "TU9DSy1DQS1DRVJUSUZJQ0FURQ=="  # base64 of a placeholder, never a real certificate
 
 
+MOCK_PROJECT_NUMBER = "123456789012"
+
+
+def mock_dns_endpoint(location: Any) -> str:
+    return f"gke-0123456789abcdef0123456789abcdef-{MOCK_PROJECT_NUMBER}.{location}.gke.goog"
+
+
 class MissingConfigError(Exception):
     """What the CLI reports, before running the program, for a declared key without a default that is not set."""
 
@@ -134,7 +141,14 @@ class CloudMocks(pulumi_mocks.Mocks):
             )
             return state["name"], state
         if typ == "gcp:container/cluster:Cluster":
-            state.update(endpoint="203.0.113.10", masterAuth={"clusterCaCertificate": _ca()})
+            # GKE fills in the DNS endpoint's name: gke-<cluster uid>-<project number>.<region>.gke.goog.
+            endpoints = dict(inputs.get("controlPlaneEndpointsConfig") or {})
+            dns = {**(endpoints.get("dnsEndpointConfig") or {}), "endpoint": mock_dns_endpoint(inputs.get("location"))}
+            state.update(
+                endpoint="203.0.113.10",
+                masterAuth={**(inputs.get("masterAuth") or {}), "clusterCaCertificate": _ca()},
+                controlPlaneEndpointsConfig={**endpoints, "dnsEndpointConfig": dns},
+            )
             return f"projects/{project}/locations/{inputs.get('location')}/clusters/{name}", state
         if typ == "gcp:container/nodePool:NodePool":
             return f"{inputs.get('cluster')}/nodePools/{name}", state
@@ -144,7 +158,10 @@ class CloudMocks(pulumi_mocks.Mocks):
         return f"{args.name}-id", state
 
     def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
-        return {}, None
+        if args.token == "gcp:organizations/getProject:getProject":
+            project = args.args.get("projectId") or "mock-project"
+            return {"projectId": project, "number": MOCK_PROJECT_NUMBER, "name": project}, []
+        return {}, []
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python tools/plan.py` puts tools/ first, not the repository
     sys.path.insert(0, str(ROOT))
 
-from infra.cost import dollars, summary_lines  # noqa: E402
+from infra.cost import USER_RATE, dollars, summary_lines  # noqa: E402
 from tools import first_step, timeline  # noqa: E402
 from tools.offline import (  # noqa: E402
     REDACTED,
@@ -88,6 +88,14 @@ KEY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
     "gcp:serviceaccount/iAMMember:IAMMember": ("role", "member"),
     "gcp:storage/bucket:Bucket": ("name", "location", "uniformBucketLevelAccess", "publicAccessPrevention"),
     "gcp:storage/bucketIAMMember:BucketIAMMember": ("bucket", "role", "member"),
+    "gcp:compute/router:Router": ("name", "region", "network"),
+    "gcp:compute/routerNat:RouterNat": (
+        "name",
+        "natIpAllocateOption",
+        "sourceSubnetworkIpRangesToNat",
+        "subnetworks",
+    ),
+    "gcp:kms/cryptoKeyIAMMember:CryptoKeyIAMMember": ("cryptoKeyId", "role", "member"),
     "gcp:container/cluster:Cluster": (
         "name",
         "location",
@@ -97,6 +105,11 @@ KEY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
         "enableMultiNetworking",
         "deletionProtection",
         "maintenancePolicy",
+        "privateClusterConfig",
+        "controlPlaneEndpointsConfig",
+        "masterAuthorizedNetworksConfig",
+        "masterAuth.clientCertificateConfig",
+        "databaseEncryption",
     ),
     "gcp:container/nodePool:NodePool": (
         "name",
@@ -107,6 +120,7 @@ KEY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
         "nodeConfig.spot",
         "nodeConfig.reservationAffinity",
         "nodeConfig.maxRunDuration",
+        "nodeConfig.shieldedInstanceConfig",
         "management",
         "autoscaling",
     ),
@@ -432,7 +446,8 @@ def cost_text(plan: Plan) -> str:
         lines.insert(
             -1,
             f"one run (training steps only): {run['nodes']} GPU node(s) x {run['steps']} steps x "
-            f"{run['secondsPerStep']:g} s = {run['gpuHours']:g} GPU-hours, {dollars(run['usd'])}",
+            f"{run['secondsPerStep']:g} s = {run['gpuHours']:g} GPU-hours, {dollars(run['usd'])}"
+            + (" at your gpuNodeHourlyPrice" if run.get("priceFrom") == USER_RATE else ""),
         )
     return "\n".join(lines) + "\n"
 

@@ -66,6 +66,11 @@ DURATIONS: Mapping[str, Duration] = {
     "gcp:compute/subnetwork:Subnetwork": Duration(0.25, "estimate: seconds, like the network"),
     "gcp:compute/firewall:Firewall": Duration(0.25, "estimate: seconds"),
     "gcp:compute/globalAddress:GlobalAddress": Duration(0.25, "estimate: seconds"),
+    "gcp:compute/router:Router": Duration(0.25, "estimate: seconds"),
+    "gcp:compute/routerNat:RouterNat": Duration(0.5, "estimate: under a minute (a router update)"),
+    "gcp:kms/cryptoKeyIAMMember:CryptoKeyIAMMember": Duration(
+        0.25, "estimate: seconds (one IAM policy read-modify-write)"
+    ),
     "gcp:servicenetworking/connection:Connection": Duration(1.5, "estimate: 1-2 min for the VPC peering"),
     "gcp:projects/service:Service": Duration(
         1.0, "estimate: about a minute to enable an API on a new project; seconds when it is already on"

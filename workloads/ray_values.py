@@ -110,11 +110,13 @@ def head_service_name(cluster_name: str) -> str:
 
 
 def split_image(reference: str) -> tuple[str, str]:
-    """'nvcr.io/nvidia/nemo-rl:v0.5.0' -> ('nvcr.io/nvidia/nemo-rl', 'v0.5.0'). The tag never holds a '/'."""
-    repository, colon, tag = reference.rpartition(":")
+    """'nvcr.io/nvidia/nemo-rl:v0.5.0' -> ('nvcr.io/nvidia/nemo-rl', 'v0.5.0'). The tag never holds a '/'. A digest
+    stays with the tag ('v0.5.0@sha256:...'): the chart writes `repository:tag`, so the pod gets the full reference."""
+    named, at, digest = reference.partition("@")
+    repository, colon, tag = named.rpartition(":")
     if not colon or not repository or not tag or "/" in tag:
         raise ValueError(f"image {reference!r} has no tag")
-    return repository, tag
+    return repository, f"{tag}{at}{digest}"
 
 
 def _fixed_resources(resources: dict[str, str | int]) -> dict[str, Any]:

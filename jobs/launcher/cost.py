@@ -7,12 +7,16 @@ from typing import Any
 
 from launcher.settings import InfraOutputs, JobSettings
 
+USER_RATE = "gpuNodeHourlyPrice"  # infra/cost.py's name for a rate the user set
+
 
 def run_estimate(job: JobSettings, infra: InfraOutputs) -> dict[str, Any]:
     """Only the training steps are counted: the wait for nodes, the pre-flight and the conversion come on top."""
     node_hours = job.num_nodes * job.max_num_steps * job.seconds_per_step / 3600
     price = infra.gpu_node_hourly_usd
     notes = [] if price is not None else ["no price for the infra's GPU nodes: see the infra stack's estimatedCost"]
+    if price is not None and infra.gpu_node_price_from == USER_RATE:
+        notes.append(f"GPU node rate ${price:,.2f}/h is your figure (the infra's gpuNodeHourlyPrice)")
     return {
         "nodes": job.num_nodes,
         "steps": job.max_num_steps,
@@ -20,5 +24,6 @@ def run_estimate(job: JobSettings, infra: InfraOutputs) -> dict[str, Any]:
         "gpuHours": round(node_hours * infra.gpus_per_node, 2),
         "usd": None if price is None else round(node_hours * price, 2),
         "pricesReadOn": infra.prices_read_on,
+        "priceFrom": infra.gpu_node_price_from,
         "notes": notes,
     }

@@ -97,6 +97,8 @@ class InfraOutputs:
     # From the infra's estimatedCost: one GPU node per hour in dollars (None: no price) and the table's date.
     gpu_node_hourly_usd: float | None = None
     prices_read_on: str = ""
+    # Where that rate comes from: "table" (infra/prices.py) or "gpuNodeHourlyPrice" (the user's own figure).
+    gpu_node_price_from: str = "table"
     export_bucket: str = ""  # where the HF checkpoint is copied; "" when the infra has no export bucket
 
 
@@ -228,6 +230,7 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         if isinstance(hourly, (int, float)) and not isinstance(hourly, bool)
         else None,
         prices_read_on=str(cost.get("pricesReadOn") or ""),
+        gpu_node_price_from=str(cost.get("gpuNodePriceFrom") or "table"),
     )
 
 

@@ -40,8 +40,21 @@ def test_run_estimate_uses_the_infra_price(exported):
     assert run["notes"] == [] and run["pricesReadOn"] == exported["h200"]["estimatedCost"]["pricesReadOn"]
 
 
+def test_run_estimate_at_the_users_gpu_rate_says_so():
+    outputs = run_infra_stack("h200", overrides={"gpuNodeHourlyPrice": "61.5"}).outputs
+    infra = build_infra_outputs(outputs)
+    assert infra.gpu_node_hourly_usd == 61.5 and infra.gpu_node_price_from == "gpuNodeHourlyPrice"
+    run = run_estimate(job_with(infra, numNodes=2, maxNumSteps=20, secondsPerStep=180), infra)
+    assert (
+        run["usd"] == pytest.approx(round(2 * 20 * 180 / 3600 * 61.5, 2)) and run["priceFrom"] == "gpuNodeHourlyPrice"
+    )
+    assert run["notes"] == ["GPU node rate $61.50/h is your figure (the infra's gpuNodeHourlyPrice)"]
+
+
 def test_run_estimate_without_a_price_says_so(exported):
-    infra = build_infra_outputs(exported["dev"])  # flex-start: no published price in the table
+    # An infra stack whose estimate has no GPU price (a region the table does not know, or an older stack).
+    outputs = {**exported["dev"], "estimatedCost": {**exported["dev"]["estimatedCost"], "gpuNodePerHour": None}}
+    infra = build_infra_outputs(outputs)
     assert infra.gpu_node_hourly_usd is None
     run = run_estimate(job_with(infra, numNodes=1, generationNodes=0), infra)
     assert run["usd"] is None and run["secondsPerStep"] == DEFAULT_SECONDS_PER_STEP
