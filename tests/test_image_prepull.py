@@ -94,11 +94,16 @@ def test_prepull_objects_validate_strictly(run_infra: RunInfra):
         kubernetes_validate.validate(broken, minor, strict=True)
 
 
-def test_prepull_follows_a_changed_image(run_infra: RunInfra):
-    image = "nvcr.io/nvidia/nemo-rl:v0.7.0"
+@pytest.mark.parametrize(
+    "image", ["nvcr.io/nvidia/nemo-rl:v0.7.0", "nvcr.io/nvidia/nemo-rl:v0.5.0@sha256:" + "ab" * 32]
+)
+def test_prepull_follows_a_changed_or_digest_pinned_image(run_infra: RunInfra, chart: Any, image: str):
     run = run_infra("dev", {"nemoRlImage": image})
     [container] = run.one(DAEMONSET).inputs["spec"]["template"]["spec"]["containers"]
-    assert container["image"] == image
+    assert container["image"] == image  # the full reference, digest included
+    cluster = render_raycluster(chart, copy.deepcopy(run.one(RELEASE).inputs["values"]))
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert head["image"] == image
 
 
 def test_compile_caches_are_on_lustre_for_every_ray_pod(stack_run, chart: Any):
