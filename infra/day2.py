@@ -194,6 +194,12 @@ EFFECTS: tuple[KeyEffect, ...] = (
         "node_config max_run_duration FN",
     ),
     KeyEffect(
+        "imageCacheDisk",
+        REPLACES,
+        f"the GPU pool: its nodes are deleted, {_TRAINING_DIES}",
+        "node_config secondary_boot_disks FN",
+    ),
+    KeyEffect(
         "cpuMachineType",
         ROLLS_NODES,
         f"recreates the CPU nodes: the Ray head is evicted, {_TRAINING_DIES}",
@@ -346,6 +352,7 @@ def deployed_settings(settings: InfraSettings, ray_pod_template: str, has_wandb_
         "gpuProvisioning": settings.gpu_provisioning,
         "reservation": settings.reservation or "",
         "maxRunHours": settings.max_run_hours or 0,
+        "imageCacheDisk": settings.image_cache_disk,
         "cpuMachineType": settings.cpu_machine_type,
         "privateNodes": settings.private_nodes,
         "namespace": settings.namespace,

@@ -81,7 +81,9 @@ DURATIONS: Mapping[str, Duration] = {
     "gcp:container/cluster:Cluster": Duration(
         8.0, "estimate: 5-8 min for a regional Standard control plane with its temporary default pool"
     ),
-    "gcp:container/nodePool:NodePool": Duration(4.0, "estimate: 3-5 min (the GPU pool starts at zero nodes)"),
+    "gcp:container/nodePool:NodePool": Duration(
+        4.0, "estimate: 3-5 min for the pool; its GPU nodes' boot is modeled in the first-step phases (first_step.py)"
+    ),
     "gcp:lustre/instance:Instance": Duration(30.0, _LUSTRE_SOURCE),
     "pulumi:providers:kubernetes": Duration(0.0, "no cloud call: configuration only"),
     "pulumi:pulumi:StackReference": Duration(0.05, "estimate: one read of the infra stack's outputs"),
@@ -89,6 +91,9 @@ DURATIONS: Mapping[str, Duration] = {
         1.0, "estimate: ~1 min, chart fetch and install; skipAwait, so no wait for the pods"
     ),
     "kubernetes:yaml/v2:ConfigFile": Duration(0.1, "estimate: seconds, fetch one manifest and apply a DaemonSet"),
+    "kubernetes:apps/v1:DaemonSet": Duration(
+        0.05, "estimate: seconds; skipAwait, so no wait for its pods or their image pulls (Kubernetes object)"
+    ),
     "kubernetes:core/v1:Namespace": Duration(0.05, "estimate: seconds (Kubernetes object)"),
     "kubernetes:core/v1:Secret": Duration(0.05, "estimate: seconds (Kubernetes object)"),
     "kubernetes:core/v1:ConfigMap": Duration(0.05, "estimate: seconds (Kubernetes object)"),

@@ -31,6 +31,16 @@ from workloads.nics import DEFAULT_INTERFACE, extra_nics, pod_network_annotation
 # Where things are inside the Ray containers.
 LUSTRE_MOUNT_PATH = "/data"
 HF_HOME = f"{LUSTRE_MOUNT_PATH}/hf-cache"  # models and datasets download once, for every pod
+# Compile caches on Lustre, shared by every Ray pod and kept across runs: a re-run or a retried attempt loads vLLM's
+# torch.compile artifacts and Inductor's kernels instead of compiling again. The variable names are the ones the
+# image's releases read: VLLM_CACHE_ROOT (vllm/envs.py; default ~/.cache/vllm, whose torch_compile_cache/ vLLM's
+# docs say may be copied to skip compilation: docs.vllm.ai/en/v0.11.2/design/torch_compile/) and
+# TORCHINDUCTOR_CACHE_DIR (torch/_inductor/runtime/cache_dir_utils.py; default /tmp/torchinductor_<user>).
+COMPILE_CACHE_DIR = f"{LUSTRE_MOUNT_PATH}/compile-cache"
+COMPILE_CACHE_ENV = {
+    "VLLM_CACHE_ROOT": f"{COMPILE_CACHE_DIR}/vllm",
+    "TORCHINDUCTOR_CACHE_DIR": f"{COMPILE_CACHE_DIR}/torchinductor",
+}
 RAY_TMP_DIR = "/tmp/ray"
 RAY_LOG_DIR = f"{RAY_TMP_DIR}/session_latest/logs"
 SHM_DIR = "/dev/shm"
@@ -178,6 +188,7 @@ def _shared_env(refs: RayClusterRefs) -> list[dict[str, Any]]:
     """Env for the Ray container of every group: the Hugging Face cache on Lustre and the tokens, each read
     from the Secret by reference (the values never enter the chart values)."""
     env = [_env("HF_HOME", HF_HOME)]
+    env += [_env(name, path) for name, path in COMPILE_CACHE_ENV.items()]
     env += [
         {"name": key, "valueFrom": {"secretKeyRef": {"name": refs.secret_name, "key": key}}} for key in refs.secret_keys
     ]

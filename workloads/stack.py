@@ -11,6 +11,7 @@ from infra.cluster import CPU_POOL_NAME
 from infra.settings import InfraSettings, Secrets
 from infra.stack import Infra
 from workloads.identity import RayIdentity, RayIdentityArgs
+from workloads.image_prepull import ImagePrepull, ImagePrepullArgs
 from workloads.nccl_installer import NcclInstaller
 from workloads.network_objects import NetworkMapping, NetworkMappingArgs
 from workloads.network_policy import SUBMITTER_LABEL, RayHeadPolicy, RayHeadPolicyArgs
@@ -43,6 +44,7 @@ class Workloads:
     identity: RayIdentity
     ray: RayCluster
     policy: RayHeadPolicy
+    prepull: ImagePrepull
     tensorboard: TensorBoard | None = None
 
 
@@ -72,6 +74,12 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
         namespace = k8s.core.v1.Namespace(
             "namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=settings.namespace), opts=provider
         ).metadata.name
+
+    # Every node starts pulling the NeMo RL image as soon as it joins: this waits for the cluster alone (its
+    # provider), not for Lustre or the Ray cluster, so the pull leaves the path to the first GRPO step.
+    prepull = ImagePrepull(
+        "image-prepull", ImagePrepullArgs(name=f"{prefix}-image-prepull", image=settings.nemo_rl_image), opts=provider
+    )
 
     nics = extra_nics(settings.preset.rdma_nics)
     networks = infra.networks
@@ -182,7 +190,14 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
             opts=pulumi.ResourceOptions(provider=infra.cluster.provider, depends_on=[volume.pvc]),
         )
     return Workloads(
-        refs=refs, tokens=tokens, volume=volume, identity=identity, ray=ray, policy=policy, tensorboard=tensorboard
+        refs=refs,
+        tokens=tokens,
+        volume=volume,
+        identity=identity,
+        ray=ray,
+        policy=policy,
+        prepull=prepull,
+        tensorboard=tensorboard,
     )
 
 

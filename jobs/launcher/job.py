@@ -23,6 +23,7 @@ SCRIPT_FILES = (
     "scripts/export_gcs.py",
     "scripts/eval_model.py",
     "scripts/eval_summary.py",
+    "scripts/prefetch_weights.py",
     "preflight/nccl_allreduce.py",
     "preflight/lustre_io.py",
 )

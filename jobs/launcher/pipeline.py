@@ -294,9 +294,21 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
             on_failure="access to the Hugging Face hub (HF_TOKEN) and the Lustre mount",
         )
     )
+    train_args = [f"--config={job.recipe}", *grpo_overrides(job, infra)]
+    # Every model the run reads, into HF_HOME on Lustre before the base evaluation and train: their vLLM and policy
+    # workers then load from the cache instead of downloading while they start. It takes the train step's own
+    # arguments, resolves them with the image's NeMo RL and skips models already complete.
+    steps.append(
+        Step(
+            "prefetch-weights",
+            f"{job.run_name}-prefetch-weights",
+            _in_nemo_rl(f"{scripts}/prefetch_weights.py", "--", *train_args),
+            on_failure="access to the Hugging Face hub (HF_TOKEN, the model licence accepted on the hub) and Lustre",
+        )
+    )
     if job.eval_base:
         steps.append(eval_step("eval-base", base_model_args(job), job, infra))
-    train = _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, f"--config={job.recipe}", *grpo_overrides(job, infra))
+    train = _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, *train_args)
     steps.append(
         Step(
             "train",

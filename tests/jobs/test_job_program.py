@@ -213,8 +213,8 @@ def test_pipeline_order_and_idempotent_ids(infra_outputs):
     infra = infra_of(infra_outputs["h200"])
     steps = pipeline_steps(job_with(infra, runName="exp1"), infra)
     assert [s.name for s in steps] == [
-        "preflight-nccl", "preflight-lustre", "prepare-data", "eval-base", "train", "convert-hf", "export-gcs",
-        "eval-final",
+        "preflight-nccl", "preflight-lustre", "prepare-data", "prefetch-weights", "eval-base", "train", "convert-hf",
+        "export-gcs", "eval-final",
     ]  # fmt: skip
     assert [s.submission_id for s in steps] == [f"exp1-{s.name}" for s in steps]
     # Same config, same ids: a restarted pod finds the jobs it already submitted.
@@ -223,7 +223,7 @@ def test_pipeline_order_and_idempotent_ids(infra_outputs):
     skipped = pipeline_steps(
         job_with(infra, runName="exp1", preflight=False, convertToHf=False, evalBase=False, evalFinal=False), infra
     )
-    assert [s.name for s in skipped] == ["prepare-data", "train"]
+    assert [s.name for s in skipped] == ["prepare-data", "prefetch-weights", "train"]
 
 
 def test_entrypoints_pin_nothing_at_run_time(infra_outputs):
@@ -276,6 +276,7 @@ def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failu
         "exp2-preflight-nccl",
         "exp2-preflight-lustre",
         "exp2-prepare-data",
+        "exp2-prefetch-weights",
         "exp2-eval-base",
         "exp2-train",
     ]
@@ -333,7 +334,8 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     assert volumes["launcher"]["configMap"]["name"] == config_map["metadata"]["name"]
     assert set(config_map["data"]) == {
         "ray_submit.py", "wait_for_workers.py", "prepare_gsm8k.py", "convert_checkpoint.py", "nccl_allreduce.py",
-        "lustre_io.py", "checkpoint_guard.py", "export_gcs.py", "eval_model.py", "eval_summary.py", "pipeline.sh",
+        "lustre_io.py", "checkpoint_guard.py", "export_gcs.py", "eval_model.py", "eval_summary.py",
+        "prefetch_weights.py", "pipeline.sh",
     }  # fmt: skip
     assert config_map["data"]["ray_submit.py"] == (JOBS / "ray_submit.py").read_text()
     # The Job's address and ids come from the infra outputs.
@@ -355,12 +357,13 @@ def test_job_program_pipeline_output_lists_every_step(infra_outputs):
         "smoke-qwen-1p5b-preflight-nccl",
         "smoke-qwen-1p5b-preflight-lustre",
         "smoke-qwen-1p5b-prepare-data",
+        "smoke-qwen-1p5b-prefetch-weights",
         "smoke-qwen-1p5b-eval-base",
         "smoke-qwen-1p5b-train",
         "smoke-qwen-1p5b-convert-hf",
         "smoke-qwen-1p5b-eval-final",
     ]
-    train = pipeline[4]["entrypoint"]
+    train = next(step["entrypoint"] for step in pipeline if step["step"] == "train")
     assert run.outputs["evalSummary"].endswith("cat /data/smoke-qwen-1p5b/eval/summary.json")
     assert "cluster.num_nodes=1" in train and "policy.generation.colocated.enabled=True" in train
 
