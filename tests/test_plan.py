@@ -84,7 +84,10 @@ def test_one_manifest_per_kubernetes_object_in_a_stable_order(rendered: Rendered
     kinds = [obj["kind"] for _, obj in files]
     for kind, count in {
         "Namespace": 1,  # the Ray namespace, with its Pod Security labels
-        "NetworkPolicy": 3,  # every Ray pod's, the Ray head's, and the submitter's no-ingress one
+        "NetworkPolicy": 5,  # every Ray pod's, the Ray head's, the submitter's no-ingress one, TensorBoard's deny-all
+        # one, the image holder's no-traffic one
+        "Deployment": 1,  # TensorBoard
+        "Service": 1,  # TensorBoard's (KubeRay creates the head's)
         "ServiceAccount": 3,  # the Ray head's, the GPU workers', and the submitter's (reads its Job: stopOnDelete)
         "Role": 1,
         "RoleBinding": 1,
@@ -94,7 +97,7 @@ def test_one_manifest_per_kubernetes_object_in_a_stable_order(rendered: Rendered
         "PersistentVolumeClaim": 1,
         "GKENetworkParamSet": 9,
         "Network": 9,
-        "DaemonSet": 1,  # the gIB NCCL installer
+        "DaemonSet": 2,  # the gIB NCCL installer, the image pre-pull
         "Job": 1,
     }.items():
         assert kinds.count(kind) == count, kind
@@ -179,7 +182,9 @@ def test_pipeline_lists_the_ray_jobs_in_order(rendered: Rendered):
         "train",
         "convert-hf",
         *(["export-gcs"] if rendered.plan.infra.outputs["exportBucket"] else []),
+        "eval-final",
     ]
+    assert names[names.index("prepare-data") + 1 : names.index("train")] == ["prefetch-weights", "eval-base"]
     ids = [s["submissionId"] for s in written["steps"]]
     assert len(set(ids)) == len(ids)
 

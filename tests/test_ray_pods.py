@@ -152,6 +152,13 @@ def test_the_fence_check_is_real(cluster: Cluster):
 def test_the_namespace_level_is_the_strictest_every_workload_allows(cluster: Cluster):
     levels = {p["metadata"]["name"]: strictest_level(p["spec"]) for p in cluster.pods}
     levels["submitter"] = strictest_level(cluster.submitter["spec"])
+    # Anything else the stack runs in the namespace (TensorBoard) counts too.
+    for deployment in cluster.run.of_type("kubernetes:apps/v1:Deployment"):
+        assert deployment.inputs["metadata"]["namespace"] == cluster.namespace
+        levels[deployment.name] = strictest_level(deployment.inputs["spec"]["template"]["spec"])
+        assert levels[deployment.name] != "privileged", violations(
+            deployment.inputs["spec"]["template"]["spec"], "baseline"
+        )
     assert levels[f"{cluster.name}-head"] == "baseline"
     assert levels["submitter"] == "baseline"
     # The workers need Privileged for their two read-only hostPath volumes, and nothing else.

@@ -76,10 +76,10 @@ def test_a_dependency_on_a_component_waits_for_everything_inside_it():
 def test_children_wait_for_what_their_parent_component_depends_on():
     pool = Res(POOL, "gpu")
     installer = Res("my:index:Installer", "installer", custom=False, dependencies=[pool.urn])
-    manifest = Res("kubernetes:yaml/v2:ConfigFile", "manifest", parent=installer.urn)
+    manifest = Res("kubernetes:apps/v1:DaemonSet", "manifest", parent=installer.urn)
     t = timeline.build([[pool, installer, manifest]])
-    assert t.steps["ConfigFile/manifest"].start == pytest.approx(minutes(POOL))
-    assert "NodePool/gpu" in t.ancestors("ConfigFile/manifest")
+    assert t.steps["DaemonSet/manifest"].start == pytest.approx(minutes(POOL))
+    assert "NodePool/gpu" in t.ancestors("DaemonSet/manifest")
 
 
 def test_a_child_of_a_custom_resource_starts_when_its_parent_is_created():
@@ -191,3 +191,14 @@ def test_rendered_timeline_names_the_path_and_the_totals(dev_plan: Plan):
     lustre = t.steps["Instance/lustre"]
     assert f"{lustre.start:6.2f} -> {lustre.end:6.2f}  Instance/lustre" in text
     assert timeline.DURATIONS[LUSTRE].source in text
+
+
+def test_the_evaluations_are_modeled_as_the_run_estimate_counts_them(dev_plan: Plan):
+    from launcher.settings import EVAL_MINUTES
+
+    for step in ("eval-base", "eval-final"):
+        assert timeline.RUN_STEP_DURATIONS[step].minutes == EVAL_MINUTES  # estimatedRun uses the same figure
+        assert timeline.RUN_STEP_DURATIONS[step].source.startswith("estimate: ")
+    text = timeline.render_run_steps([s["step"] for s in dev_plan.jobs.outputs["pipeline"]])
+    assert "eval-base" in text and "eval-final" in text and f"{2 * EVAL_MINUTES:6.2f} min  in all" in text
+    assert timeline.render_run_steps(["prepare-data", "train"]) == ""

@@ -130,7 +130,11 @@ class NcclInstaller(pulumi.ComponentResource):
         labels = daemonset_labels()
         self.daemonset = k8s.apps.v1.DaemonSet(
             name,
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=NAME, namespace=NAMESPACE, labels=labels),
+            # `pulumi up` waits for the object, not for every GPU node's install: a worker restarts until the plugin
+            # is on its node (workloads/ray_values.py), and a node that cannot run it must not hang the update.
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=NAME, namespace=NAMESPACE, labels=labels, annotations={"pulumi.com/skipAwait": "true"}
+            ),
             spec=k8s.apps.v1.DaemonSetSpecArgs(
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
                 update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(type="RollingUpdate"),

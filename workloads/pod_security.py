@@ -3,7 +3,8 @@
 What runs in the namespace, and the strictest Pod Security Standard each passes (tests/test_pod_security.py evaluates
 the standards' rules on the pods the real chart renders, and on the submitter Job's pod):
 - the Ray head (and KubeRay's autoscaler beside it): Baseline. Not Restricted: it runs as the image's user, root.
-- the job submitter: Baseline, for the same reason (the run's files on Lustre are root's).
+- the job submitter: Baseline, for the same reason (the run's files on Lustre are root's); TensorBoard (tensorboard:
+  true) likewise.
 - the GPU workers: Privileged, for one reason only: two hostPath volumes, read-only, the node's NVIDIA driver
   (/home/kubernetes/bin/nvidia) and the gIB NCCL plugin the installer DaemonSet puts on the node
   (/home/kubernetes/bin/gib). Baseline forbids every hostPath volume. Nothing else in them goes beyond Baseline: no

@@ -11,6 +11,7 @@ from infra.cluster import CPU_POOL_NAME
 from infra.settings import InfraSettings, Secrets
 from infra.stack import Infra
 from workloads.identity import RayIdentity, RayIdentityArgs
+from workloads.image_prepull import ImagePrepull, ImagePrepullArgs
 from workloads.nccl_installer import NcclInstaller
 from workloads.network_objects import NetworkMapping, NetworkMappingArgs
 from workloads.network_policy import SUBMITTER_LABEL, RayPolicies, RayPoliciesArgs
@@ -30,6 +31,7 @@ from workloads.ray_values import (
 from workloads.raycluster import RayCluster, RayClusterArgs
 from workloads.secrets import Tokens, TokensArgs, token_keys
 from workloads.storage import LustreVolume, LustreVolumeArgs
+from workloads.tensorboard import TensorBoard, TensorBoardArgs, port_forward_command
 
 RELEASE_NAME = "ray-cluster"
 # Namespaces Kubernetes creates itself; any other configured namespace is created here.
@@ -45,6 +47,8 @@ class Workloads:
     ray: RayCluster
     policies: RayPolicies
     auth: RayAuthToken | None
+    prepull: ImagePrepull
+    tensorboard: TensorBoard | None = None
 
 
 def ray_cluster_refs(settings: InfraSettings, secret_keys: tuple[str, ...]) -> RayClusterRefs:
@@ -78,6 +82,12 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
             metadata=k8s.meta.v1.ObjectMetaArgs(name=settings.namespace, labels=namespace_labels(settings.gke_minor)),
             opts=provider,
         ).metadata.name
+
+    # Every node starts pulling the NeMo RL image as soon as it joins: this waits for the cluster alone (its
+    # provider), not for Lustre or the Ray cluster, so the pull leaves the path to the first GRPO step.
+    prepull = ImagePrepull(
+        "image-prepull", ImagePrepullArgs(name=f"{prefix}-image-prepull", image=settings.nemo_rl_image), opts=provider
+    )
 
     nics = extra_nics(settings.preset.rdma_nics)
     networks = infra.networks
@@ -182,7 +192,35 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
         ),
         opts=provider,
     )
-    return Workloads(refs=refs, tokens=tokens, volume=volume, identity=identity, ray=ray, policies=policies, auth=auth)
+    tensorboard = None
+    if settings.tensorboard:
+        tensorboard = TensorBoard(
+            "tensorboard",
+            TensorBoardArgs(
+                name=tensorboard_name(settings),
+                namespace=namespace,
+                image=settings.nemo_rl_image,
+                cpu_pool_name=CPU_POOL_NAME,
+                pvc_name=refs.pvc_name,
+                mount_path=LUSTRE_MOUNT_PATH,
+            ),
+            opts=pulumi.ResourceOptions(provider=infra.cluster.provider, depends_on=[volume.pvc]),
+        )
+    return Workloads(
+        refs=refs,
+        tokens=tokens,
+        volume=volume,
+        identity=identity,
+        ray=ray,
+        policies=policies,
+        auth=auth,
+        prepull=prepull,
+        tensorboard=tensorboard,
+    )
+
+
+def tensorboard_name(settings: InfraSettings) -> str:
+    return f"{settings.cluster_name}-tensorboard"
 
 
 def worker_service_account(prefix: str) -> str:
@@ -230,6 +268,11 @@ def export_workloads(settings: InfraSettings, workloads: Workloads) -> None:
     release = settings.nemo_rl_release
     pulumi.export("nemoRlRelease", release.as_output() if release else None)
     pulumi.export("exportBucket", settings.export_bucket_name)
+    # TensorBoard over every run's event files, read-only; "" when `tensorboard` is off.
+    pulumi.export(
+        "tensorboardPortForward",
+        port_forward_command(settings.namespace, tensorboard_name(settings)) if workloads.tensorboard else "",
+    )
     pulumi.export(
         "dashboardPortForward",
         f"kubectl --namespace {settings.namespace} port-forward service/{service} {DASHBOARD_PORT}:{DASHBOARD_PORT}",
