@@ -147,6 +147,7 @@ class Cuts:
     image_cache_disk: bool = False  # GPU nodes get the image from a secondary boot disk
     prefetch: bool = False  # a pipeline step downloads the weights before train
     compile_cache: bool = False  # vLLM's and Inductor's caches on Lustre
+    eval_cache: bool = False  # eval-base reuses an earlier run's result for the same model, arguments and image
 
     def names(self) -> list[str]:
         return [name for name, on in self.__dict__.items() if on]
@@ -183,8 +184,14 @@ def _env_names(values: Mapping[str, Any]) -> dict[str, str]:
     return {str(e.get("name")): str(e.get("value", "")) for e in env if isinstance(e, Mapping)}
 
 
-def cuts_of(infra: Sequence[RegisteredLike], steps: Sequence[str], image: str, mount: str) -> Cuts:
-    """The cuts the registered resources actually have."""
+def cuts_of(
+    infra: Sequence[RegisteredLike],
+    steps: Sequence[str],
+    image: str,
+    mount: str,
+    entrypoints: Mapping[str, str] | None = None,
+) -> Cuts:
+    """The cuts the registered resources and the pipeline's entrypoints actually have."""
     prepull = False
     for r in infra:
         if r.type == "kubernetes:apps/v1:DaemonSet":
@@ -201,6 +208,7 @@ def cuts_of(infra: Sequence[RegisteredLike], steps: Sequence[str], image: str, m
         image_cache_disk=bool((pool_inputs.get("nodeConfig") or {}).get("secondaryBootDisks")),
         prefetch="prefetch-weights" in steps,
         compile_cache=all(path.startswith(f"{mount}/") for path in caches),
+        eval_cache=(_argument((entrypoints or {}).get("eval-base", ""), "--cache-dir") or "").startswith(f"{mount}/"),
     )
 
 
@@ -253,7 +261,7 @@ def inputs_from_plan(plan: Any) -> StartupInputs:
         preflight_lustre_gb=2 * gib_per_node * io_nodes * 2**30 / 1e9,
         seconds_per_step=float(run.get("secondsPerStep") or 0),
         ray_autoscaling=infra_out.get("rayAutoscaling") is True,
-        cuts=cuts_of(plan.infra.resources, steps, image, mount),
+        cuts=cuts_of(plan.infra.resources, steps, image, mount, entry),
         provisioning_path=path,
     )
 
@@ -422,8 +430,10 @@ def _prefetch(inputs: StartupInputs, cuts: Cuts, warm: bool) -> list[tuple[str, 
 
 
 def _eval_base(inputs: StartupInputs, cuts: Cuts, warm: bool) -> list[tuple[str, float, str]]:
-    # Evaluated again on a warm re-run too (a new run evaluates its base model again); the weights are counted once,
-    # where the uncut model downloads them (train), so this phase holds vLLM start-up and the 1,319 problems only.
+    if warm and cuts.eval_cache:  # eval_model.py copies the earlier run's result: same model, arguments and image
+        return [_overhead("eval-base (reuses the cached result)")]
+    # The weights are counted once, where the uncut model downloads them (train), so this phase holds vLLM start-up
+    # and the 1,319 problems only.
     evaluation = RUN_STEP_DURATIONS["eval-base"]
     return [_overhead("eval-base"), ("GSM8K evaluation of the base model", evaluation.minutes, evaluation.source)]
 

@@ -92,6 +92,11 @@ def eval_dir(job: JobSettings, infra: InfraOutputs) -> str:
     return f"{checkpoint_dir(job, infra)}/eval"
 
 
+def eval_cache_dir(infra: InfraOutputs) -> str:
+    """eval-base's results, kept across runs by a digest of what decides them (eval_model.py --cache-dir)."""
+    return f"{infra.mount_path}/eval-cache/base"
+
+
 def eval_summary_file(job: JobSettings, infra: InfraOutputs) -> str:
     return f"{eval_dir(job, infra)}/summary.json"
 
@@ -215,15 +220,19 @@ def eval_overrides(job: JobSettings, infra: InfraOutputs, save_path: str) -> lis
     ]
 
 
-def eval_step(name: str, model: list[str], job: JobSettings, infra: InfraOutputs) -> Step:
-    """eval-base or eval-final: eval_model.py picks the model, then runs NeMo RL's run_eval.py with eval.yaml."""
+def eval_step(name: str, model: list[str], job: JobSettings, infra: InfraOutputs, cached: bool = False) -> Step:
+    """eval-base or eval-final: eval_model.py picks the model, then runs NeMo RL's run_eval.py with eval.yaml. With
+    `cached` (the base model: the same in every run of a recipe) a result stored by an earlier run with the same
+    model, arguments and image is copied instead of evaluating again; the image is part of the key."""
     save_path = f"{eval_dir(job, infra)}/{name.removeprefix('eval-')}"
+    cache = [f"--cache-dir={eval_cache_dir(infra)}", f"--image={infra.image}"] if cached else []
     return Step(
         name,
         f"{job.run_name}-{name}",
         _in_nemo_rl(
             f"{scripts_dir(job, infra)}/eval_model.py",
             *model,
+            *cache,
             "--",
             EVAL_ENTRYPOINT,
             f"--config={EVAL_CONFIG}",
@@ -307,7 +316,7 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
         )
     )
     if job.eval_base:
-        steps.append(eval_step("eval-base", base_model_args(job), job, infra))
+        steps.append(eval_step("eval-base", base_model_args(job), job, infra, cached=True))
     train = _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, *train_args)
     steps.append(
         Step(
