@@ -21,6 +21,8 @@ SCRIPT_FILES = (
     "scripts/convert_checkpoint.py",
     "scripts/checkpoint_guard.py",
     "scripts/export_gcs.py",
+    "scripts/prepare_openmathinstruct2.py",
+    "scripts/benchmark_summary.py",
     "preflight/nccl_allreduce.py",
     "preflight/lustre_io.py",
 )
