@@ -429,7 +429,9 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
     wait_minutes = _positive("waitForWorkersMinutes", values.get("waitForWorkersMinutes", 60))
     seconds_per_step_set = values.get("secondsPerStep") not in (None, "")
     default_seconds = ASYNC_SECONDS_PER_STEP if async_grpo else DEFAULT_SECONDS_PER_STEP
-    seconds_per_step = _float("secondsPerStep", values.get("secondsPerStep", default_seconds))
+    seconds_per_step = (
+        _float("secondsPerStep", values["secondsPerStep"]) if seconds_per_step_set else default_seconds
+    )
     if seconds_per_step <= 0:
         raise ConfigError("secondsPerStep", seconds_per_step, "a positive number of seconds")
     max_restarts = _int("maxRestarts", values.get("maxRestarts", 3))
