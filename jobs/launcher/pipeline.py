@@ -240,7 +240,7 @@ def benchmark_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
                     "&&",
                     *train,
                 ],
-                on_failure="the driver log above (access to meta-llama/Llama-3.1-8B-Instruct with HF_TOKEN, GPU memory)",
+                on_failure="the driver log above (HF_TOKEN access to meta-llama/Llama-3.1-8B-Instruct, GPU memory)",
                 max_retries=job.max_restarts,
             )
         )

@@ -50,8 +50,6 @@ class UnknownKeyError(ConfigError):
         pulumi.RunError.__init__(self, f"config '{key}' is not a key this program reads: {hint}")
 
 
-
-
 @dataclass(frozen=True)
 class PublishedFigure:
     """One row of NeMo RL's performance summary: what NVIDIA measured for a recipe, averaged over 5 steps."""
@@ -429,9 +427,7 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
     wait_minutes = _positive("waitForWorkersMinutes", values.get("waitForWorkersMinutes", 60))
     seconds_per_step_set = values.get("secondsPerStep") not in (None, "")
     default_seconds = ASYNC_SECONDS_PER_STEP if async_grpo else DEFAULT_SECONDS_PER_STEP
-    seconds_per_step = (
-        _float("secondsPerStep", values["secondsPerStep"]) if seconds_per_step_set else default_seconds
-    )
+    seconds_per_step = _float("secondsPerStep", values["secondsPerStep"]) if seconds_per_step_set else default_seconds
     if seconds_per_step <= 0:
         raise ConfigError("secondsPerStep", seconds_per_step, "a positive number of seconds")
     max_restarts = _int("maxRestarts", values.get("maxRestarts", 3))
@@ -508,6 +504,14 @@ def _benchmark(values: Mapping[str, Any], infra: InfraOutputs) -> bool:
     """benchmark: NVIDIA's recipes as they are, on their own cluster shape; keys it would ignore are refused."""
     if not _bool("benchmark", values.get("benchmark", False)):
         return False
+    if infra.gpus_per_node != BENCHMARK_GPUS_PER_NODE or infra.ray_worker_replicas < BENCHMARK_NODES:
+        raise ConfigError(
+            "benchmark",
+            True,
+            f"an infra with {BENCHMARK_NODES} GPU nodes of {BENCHMARK_GPUS_PER_NODE} GPUs, the recipes' cluster "
+            f"(this one: rayWorkerReplicas {infra.ray_worker_replicas}, gpusPerNode {infra.gpus_per_node})",
+        )
+
     def changed(key: str) -> bool:
         value, default = values.get(key), BENCHMARK_IGNORES[key]
         return value is not None and str(value).lower() != str(default).lower()
@@ -519,13 +523,6 @@ def _benchmark(values: Mapping[str, Any], infra: InfraOutputs) -> bool:
             True,
             f"runs NeMo RL's performance recipes unchanged (but for paths and maxNumSteps), so {', '.join(ignored)} "
             "would be ignored: remove them from the benchmark's job stack",
-        )
-    if infra.gpus_per_node != BENCHMARK_GPUS_PER_NODE or infra.ray_worker_replicas < BENCHMARK_NODES:
-        raise ConfigError(
-            "benchmark",
-            True,
-            f"an infra with {BENCHMARK_NODES} GPU nodes of {BENCHMARK_GPUS_PER_NODE} GPUs, the recipes' cluster "
-            f"(this one: rayWorkerReplicas {infra.ray_worker_replicas}, gpusPerNode {infra.gpus_per_node})",
         )
     if _bool("convertToHf", values.get("convertToHf", False)):
         raise ConfigError("convertToHf", True, "false with benchmark: its checkpoints are not a model to keep")

@@ -10,8 +10,10 @@ v0.7.0) log, per step, `timing/train/total_step_time` (the step's wall time) and
 (print_performance_metrics: every token of the step over its time and all GPUs, the "Tokens / sec / GPU" of NVIDIA's
 performance summary); with TensorBoard on they land in LOG_DIR/exp_NNN/tensorboard/ (one exp_NNN per attempt: a
 retried step's later value wins). Steps FIRST..LAST are averaged, as NVIDIA averages 5 steps. One line per mode:
-    benchmark sync (on-policy): 95.1 s/step, 1,540 tokens/s/GPU (steps 5-9) vs NVIDIA H100 92.8 s, 1,581: 0.98x
-The ratio is tokens/s/GPU measured over published: above 1 is faster. Exit codes: 0 printed, 1 a mode's metrics are
+    benchmark sync (on-policy): 95.1 s/step, 1,540 tokens/s/GPU (steps 5-9) vs NVIDIA H100 92.8 s, 1,581: 0.97x
+    tokens/s/GPU, 1.02x step time
+(one line in the log). The ratios are measured over published: above 1 is more throughput, and a longer step.
+Exit codes: 0 printed, 1 a mode's metrics are
 missing (the message names the folder and the steps), 2 usage.
 """
 
@@ -93,7 +95,7 @@ def summary_line(mode: Mode, seconds: float, tokens: float, first: int, last: in
     return (
         f"benchmark {mode.name} ({label}): {seconds:.1f} s/step, {tokens:,.0f} tokens/s/GPU (steps {first}-{last}) "
         f"vs NVIDIA H100 {mode.published_seconds:g} s, {mode.published_tokens:,.0f}: "
-        f"{tokens / mode.published_tokens:.2f}x"
+        f"{tokens / mode.published_tokens:.2f}x tokens/s/GPU, {seconds / mode.published_seconds:.2f}x step time"
     )
 
 

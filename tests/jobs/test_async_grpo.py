@@ -25,7 +25,7 @@ from test_nemo_rl_loader import RELEASES, infra, resolve, stack_values  # noqa: 
 from upstream import reference
 
 
-class Config(dict):  # type: ignore[type-arg]
+class Config(dict[str, Any]):
     """A resolved config read both ways: v0.5.0 indexes it (master_config["grpo"]), v0.7.0 reads the pydantic
     MasterConfig's fields as attributes (master_config.grpo["async_grpo"], master_config.loss_fn.<field>); a field
     the config does not have is None, as the model's optional fields are."""
@@ -59,7 +59,7 @@ def _async_branch(entrypoint: Path) -> list[ast.stmt]:
 
 def _train_prologue(grpo: Path) -> list[ast.stmt]:
     """async_grpo_train's top-level asserts, ifs and assignments: what it checks before the training loop."""
-    prologue = []
+    prologue: list[ast.stmt] = []
     for statement in _functions(grpo)["async_grpo_train"].body:
         if isinstance(statement, (ast.Try, ast.While, ast.For)):
             break  # the training loop
@@ -74,10 +74,12 @@ def run_async_checks(release: str, config: dict[str, Any]) -> str:
     raise (AssertionError, NotImplementedError)."""
     tree = reference(f"nemo-rl-{release}")
     grpo = tree / "nemo_rl" / "algorithms" / "grpo.py"
-    entrypoint = tree / "examples" / ("run_grpo_math.py" if (tree / "examples/run_grpo_math.py").is_file() else "run_grpo.py")
+    entrypoint = (
+        tree / "examples" / ("run_grpo_math.py" if (tree / "examples/run_grpo_math.py").is_file() else "run_grpo.py")
+    )
     helper = ast.Module(body=[_functions(grpo)["_should_use_async_rollouts"]], type_ignores=[])
     scope: dict[str, Any] = {"router_replay_enabled": _router_replay_enabled, "MasterConfig": dict}
-    exec(compile(helper, str(grpo), "exec"), scope)  # noqa: S102 - NeMo RL's own function, from the reference
+    exec(compile(helper, str(grpo), "exec"), scope)
     scope["config"] = scope["master_config"] = Config(config)
     printed = io.StringIO()
     checked = 0
@@ -85,7 +87,7 @@ def run_async_checks(release: str, config: dict[str, Any]) -> str:
         for source, statements in ((entrypoint, _async_branch(entrypoint)), (grpo, _train_prologue(grpo))):
             for statement in statements:
                 try:
-                    exec(compile(ast.Module(body=[statement], type_ignores=[]), str(source), "exec"), scope)  # noqa: S102
+                    exec(compile(ast.Module(body=[statement], type_ignores=[]), str(source), "exec"), scope)
                 except NameError:  # a runtime object (the policy, a timer): not a config check
                     text = ast.unparse(statement)
                     checks_config = isinstance(statement, (ast.Assert, ast.If)) and "config" in text
@@ -119,7 +121,7 @@ def test_async_grpo_resolves_and_passes_nemo_rls_async_checks(infra, release, st
     # The same checks refuse the run without what asyncGrpo adds: each key is needed.
     sync = resolve(build_job_settings(stack_values(stack), net), net)
     sync["grpo"]["async_grpo"]["enabled"] = True
-    with pytest.raises(AssertionError, match="(?i)async"):
+    with pytest.raises(AssertionError, match=r"(?i)async"):
         run_async_checks(release, sync)
     for path, wrong in (
         (("loss_fn", "use_importance_sampling_correction"), False),
@@ -182,7 +184,7 @@ def test_an_extra_override_that_breaks_the_async_path_is_refused(infra, override
 
 
 def test_a_trajectory_age_without_async_grpo_is_refused(infra):  # noqa: F811
-    with pytest.raises(ConfigError, match="maxTrajectoryAgeSteps.*unless asyncGrpo"):
+    with pytest.raises(ConfigError, match=r"maxTrajectoryAgeSteps.*unless asyncGrpo"):
         build_job_settings(stack_values("h200", maxTrajectoryAgeSteps=2), infra[RELEASES[0]]["h200"])
     with pytest.raises(ConfigError, match="maxTrajectoryAgeSteps"):
         build_job_settings(async_values("h200", maxTrajectoryAgeSteps=0), infra[RELEASES[0]]["h200"])
@@ -203,4 +205,3 @@ def test_the_estimate_uses_the_published_off_policy_step_and_says_so(infra):  # 
     own = run_estimate(build_job_settings(async_values("h200", secondsPerStep="50"), net), net)
     assert own["secondsPerStep"] == 50 and not any("published" in note for note in own["notes"])
     assert own["firstStepSeconds"] == pytest.approx(50 * 92.8 / 64.8, abs=0.01)
-
