@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.settings import PUBLISHED_H100, InfraOutputs, JobSettings
+from launcher.settings import EVAL_MINUTES, PUBLISHED_H100, InfraOutputs, JobSettings
 
 USER_RATE = "gpuNodeHourlyPrice"  # infra/cost.py's name for a rate the user set
 
 
 def run_estimate(job: JobSettings, infra: InfraOutputs) -> dict[str, Any]:
-    """Only the training steps are counted: the wait for nodes, the pre-flight and the conversion come on top."""
+    """The training steps and the GSM8K evaluations are counted (an evaluation uses one node, but the run's other
+    nodes are held meanwhile); the wait for nodes, the pre-flight and the conversion come on top."""
     seconds_per_step, first_step_seconds, runs = job.seconds_per_step, job.seconds_per_step, 1
     sync, off_policy = PUBLISHED_H100["sync"], PUBLISHED_H100["async-1off"]
     notes = []
@@ -31,7 +32,9 @@ def run_estimate(job: JobSettings, infra: InfraOutputs) -> dict[str, Any]:
                 f"asyncGrpo: {seconds_per_step:g} s per step is NeMo RL's published 1-step off-policy figure "
                 f"(Llama 3.1 8B, 16 H100s; {sync.seconds_per_step:g} s on-policy); set secondsPerStep from your runs"
             )
-    node_hours = runs * job.num_nodes * job.max_num_steps * seconds_per_step / 3600
+    evals = int(job.eval_base) + int(job.eval_final)
+    eval_minutes = evals * EVAL_MINUTES
+    node_hours = job.num_nodes * (runs * job.max_num_steps * seconds_per_step / 3600 + eval_minutes / 60)
     price = infra.gpu_node_hourly_usd
     if price is None:
         notes.append("no price for the infra's GPU nodes: see the infra stack's estimatedCost")
@@ -44,6 +47,8 @@ def run_estimate(job: JobSettings, infra: InfraOutputs) -> dict[str, Any]:
         # What the first-step model takes for the first GRPO step (async: no overlap yet, so the on-policy time).
         "firstStepSeconds": round(first_step_seconds, 2),
         "asyncGrpo": job.async_grpo,
+        "evals": evals,
+        "evalMinutes": eval_minutes,
         "gpuHours": round(node_hours * infra.gpus_per_node, 2),
         "usd": None if price is None else round(node_hours * price, 2),
         "pricesReadOn": infra.prices_read_on,

@@ -107,6 +107,9 @@ ASYNC_REFUSED_FEATURES = {
     "grpo.reward_shaping.enabled": "reward shaping (DAPO)",
     "data.use_multiple_dataloader": "multiple dataloaders",
 }
+# Minutes one GSM8K evaluation (eval-base, eval-final) holds the run's GPU nodes: 6-8 minutes for Gemma 3 27B on one
+# 8-GPU node, most of it vLLM start-up (the GKE sample's logs). An estimate, taken at its upper end.
+EVAL_MINUTES = 8.0
 
 
 # The data layouts the pipeline writes overrides for; the infra's release table (infra/nemo_rl_releases.py) names one
@@ -195,6 +198,9 @@ class JobSettings:
     max_trajectory_age_steps: int = 1
     # NeMo RL's Llama 3.1 8B performance recipes, synchronous then 1-step off-policy, instead of the run.
     benchmark: bool = False
+    # GSM8K test accuracy before training (the recipe's model) and after it (the converted model).
+    eval_base: bool = True
+    eval_final: bool = True
 
     @property
     def train_global_batch_size(self) -> int:
@@ -436,6 +442,13 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
             "maxRestarts", max_restarts, f"0..{MAX_RESTARTS}: retries of a failed training attempt (0 = none)"
         )
 
+    convert_to_hf = _bool("convertToHf", values.get("convertToHf", not benchmark))
+    eval_final = _bool("evalFinal", values.get("evalFinal", not benchmark))
+    if eval_final and not convert_to_hf:
+        raise ConfigError(
+            "evalFinal", eval_final, "false when convertToHf is false: the trained model is evaluated in HF format"
+        )
+
     return JobSettings(
         infra_stack=infra_stack,
         run_name=run_name,
@@ -448,7 +461,7 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         vllm_tensor_parallel_size=vllm_tp,
         vllm_gpu_memory_utilization=utilization,
         dtensor_tensor_parallel_size=dtensor_tp,
-        convert_to_hf=_bool("convertToHf", values.get("convertToHf", not benchmark)),
+        convert_to_hf=convert_to_hf,
         extra_overrides=tuple(extra),
         preflight=PreflightSettings(
             enabled=_bool("preflight", values.get("preflight", True)),
@@ -464,6 +477,8 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         async_grpo=async_grpo,
         max_trajectory_age_steps=max_age,
         benchmark=benchmark,
+        eval_base=_bool("evalBase", values.get("evalBase", not benchmark)),
+        eval_final=eval_final,
     )
 
 
@@ -526,6 +541,9 @@ def _benchmark(values: Mapping[str, Any], infra: InfraOutputs) -> bool:
         )
     if _bool("convertToHf", values.get("convertToHf", False)):
         raise ConfigError("convertToHf", True, "false with benchmark: its checkpoints are not a model to keep")
+    for key in ("evalBase", "evalFinal"):
+        if _bool(key, values.get(key, False)):
+            raise ConfigError(key, True, "false with benchmark: it measures speed, on NVIDIA's data, not accuracy")
     return True
 
 
@@ -535,6 +553,7 @@ _PLAIN_KEYS = (
     "convertToHf", "preflight", "preflightMinBusbwGbps", "preflightLustreGibPerNode", "preflightLustreMinFraction",
     "waitForWorkersMinutes", "secondsPerStep", "maxRestarts", "stopOnDelete", "asyncGrpo", "maxTrajectoryAgeSteps",
     "benchmark",
+    "evalBase", "evalFinal",
 )  # fmt: skip
 
 

@@ -85,10 +85,12 @@ def submit_flags(command: list[str]) -> tuple[str, ...]:
 def test_every_step_as_submitted_lets_init_ray_attach(ray_address: str, h200: InfraOutputs, driver: list[str]):
     job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, h200)
     steps = pipeline_steps(job, h200)
-    assert {"prepare-data", "train", "convert-hf"} <= {step.name for step in steps}
-    # One submission per distinct way of submitting (steps submitted alike behave alike on Ray; today all are).
+    assert {"prepare-data", "eval-base", "train", "convert-hf", "eval-final"} <= {step.name for step in steps}
+    # One submission per distinct way of submitting (steps submitted alike behave alike on Ray; today all are), and
+    # each evaluation (it runs NeMo RL's run_eval.py, whose init_ray attaches the same way).
     distinct = {submit_flags(submit_command(step, job, h200)): step for step in steps}
-    for step in distinct.values():
+    evals = [step for step in steps if step.name.startswith("eval-")]
+    for step in [*distinct.values(), *evals]:
         result = submit(as_submitted(submit_command(step, job, h200), ray_address, driver))
         output = result.stdout + result.stderr
         assert result.returncode == 0, f"{step.name}:\n{output}"
