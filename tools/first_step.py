@@ -100,6 +100,9 @@ MODELS: Mapping[str, Figure] = {
     "Qwen/Qwen2.5-Math-1.5B-Instruct": Figure(
         1.54, "B parameters", "estimate: Qwen2.5 1.5B models have 1.54B parameters (Qwen2.5 model cards)"
     ),
+    "meta-llama/Llama-3.1-8B-Instruct": Figure(
+        8.03, "B parameters", "published: Llama 3.1 8B has 8.03B parameters (its Hugging Face model card)"
+    ),
 }
 UNKNOWN_MODEL = Figure(8.0, "B parameters", "estimate: a recipe without a figure here; an 8B model assumed")
 # The model each shipped recipe trains (policy.model_name; tests hold this against the recipes with NeMo RL's loader).
@@ -108,6 +111,8 @@ RECIPE_MODELS: Mapping[str, str] = {
     "examples/configs/recipes/llm/grpo-qwen2.5-math-1.5b-instruct-1n8g-fsdp2tp1.v3.yaml": (
         "Qwen/Qwen2.5-Math-1.5B-Instruct"
     ),
+    # The benchmark's first train step (jobs/Pulumi.h200-benchmark.yaml).
+    "examples/configs/recipes/llm/performance/grpo-llama3.1-8b-instruct-2n8g.yaml": "meta-llama/Llama-3.1-8B-Instruct",
 }
 
 # What would shorten the dominant phase next, by phase (or resource type of the provisioning timeline).
@@ -236,7 +241,7 @@ def inputs_from_plan(plan: Any) -> StartupInputs:
     entry = {str(s["step"]): str(s["entrypoint"]) for s in pipeline}
     milestones = {key: timeline.steps[label].end for key, label in _MILESTONES.items() if label in timeline.steps}
     infra_done = timeline.steps[INFRA_DONE].end
-    recipe = _argument(entry.get("train", ""), "--config") or ""
+    recipe = _argument(entry.get("train") or entry.get("train-sync", ""), "--config") or ""
     model = RECIPE_MODELS.get(recipe, "")
     figure = MODELS.get(model, UNKNOWN_MODEL)
     lustre = plan.infra.outputs
@@ -259,7 +264,8 @@ def inputs_from_plan(plan: Any) -> StartupInputs:
         lustre_gb_per_s=capacity / 1024 * tier / 1000,
         train_nodes=int(run.get("nodes") or 1),
         preflight_lustre_gb=2 * gib_per_node * io_nodes * 2**30 / 1e9,
-        seconds_per_step=float(run.get("secondsPerStep") or 0),
+        # The first step's own time: with asyncGrpo nothing overlaps yet (estimatedRun.firstStepSeconds).
+        seconds_per_step=float(run.get("firstStepSeconds") or run.get("secondsPerStep") or 0),
         ray_autoscaling=infra_out.get("rayAutoscaling") is True,
         cuts=cuts_of(plan.infra.resources, steps, image, mount, entry),
         provisioning_path=path,
@@ -328,7 +334,7 @@ def _pipeline_phases(inputs: StartupInputs, cuts: Cuts, warm: bool, start: str) 
         for name, duration, source in cost(inputs, cuts, warm):
             phases.append(Phase(name, duration, source, (previous,)))
             previous = name
-        if step == "train":
+        if STEP_PHASES.get(step) is _train:  # the first training step ends the model
             break
     return phases
 
@@ -467,6 +473,7 @@ STEP_PHASES: Mapping[str, StepCost] = {
     "prefetch-weights": _prefetch,
     "eval-base": _eval_base,
     "train": _train,
+    "train-sync": _train,  # the benchmark's first recipe
 }
 
 
