@@ -55,7 +55,7 @@ async def main() -> None:
         "pipeline", [{"step": s.name, "submissionId": s.submission_id, "entrypoint": entrypoint_text(s)} for s in steps]
     )
     # The run's lifecycle from a workstation, through the dashboard port-forward.
-    train = next(s for s in steps if s.name == "train")
+    train = next(s for s in steps if s.name == "train" or s.name.startswith("train-"))  # the benchmark's first
     pulumi.export("maxRestarts", job.max_restarts)
     pulumi.export("trainAttempts", attempt_ids(train))
     pulumi.export("stopOnDelete", job.stop_on_delete)

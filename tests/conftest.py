@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from tools.offline import ProgramRun, load_stack_config, run_program
-from tools.plan import EXAMPLE_STACKS
+from tools.plan import INFRA_EXAMPLE_STACKS
 
 # One real Ray head per session, on loopback, for the tests that need one (tests/ray_head.py).
 pytest_plugins = ["ray_head"]
 
 ROOT = Path(__file__).resolve().parent.parent
 # Only the shipped example stacks: a user's own Pulumi.<stack>.yaml is theirs, never a test's.
-INFRA_STACKS = EXAMPLE_STACKS
+INFRA_STACKS = INFRA_EXAMPLE_STACKS
 HF_TOKEN = "hf_TESTTOKEN_do_not_leak_8c1f"
 WANDB_KEY = "wandb_TESTKEY_do_not_leak_51aa"
 

@@ -85,7 +85,7 @@ def test_cold_and_uncut_differ_only_in_what_runs_in_parallel(plans: dict[str, Pl
 def test_the_cuts_are_read_from_what_the_plans_register(plans: dict[str, Plan]):
     h200 = first_step.inputs_from_plan(plans["h200"]).cuts
     assert h200 == first_step.Cuts(
-        prepull=True, nodes_with_pool=True, image_cache_disk=False, prefetch=True, compile_cache=True
+        prepull=True, nodes_with_pool=True, image_cache_disk=False, prefetch=True, compile_cache=True, eval_cache=True
     )
     dev = first_step.inputs_from_plan(plans["dev"]).cuts
     assert dev.prepull and dev.prefetch and dev.compile_cache and not dev.nodes_with_pool  # flex-start: from zero
@@ -97,6 +97,21 @@ def test_the_cuts_are_read_from_what_the_plans_register(plans: dict[str, Plan]):
     # Autoscaled nodes come and go: the cache disk replaces the pull on every arrival, warm runs included.
     assert plain.warm_minutes - with_disk.warm_minutes == pytest.approx(pull - first_step.minutes("imageFromCacheDisk"))
     assert with_disk.cold_minutes < plain.cold_minutes
+
+
+def test_a_warm_run_reuses_the_base_evaluation_only_with_the_eval_cache(plans: dict[str, Plan]):
+    inputs = first_step.inputs_from_plan(plans["h200"])
+    assert "--cache-dir=/data/eval-cache/base" in next(
+        s["entrypoint"] for s in plans["h200"].jobs.outputs["pipeline"] if s["step"] == "eval-base"
+    )
+    cached = first_step.build(inputs, inputs.cuts, warm=True)
+    uncached = first_step.build(inputs, dataclasses.replace(inputs.cuts, eval_cache=False), warm=True)
+    evaluation = first_step.RUN_STEP_DURATIONS["eval-base"].minutes
+    assert "GSM8K evaluation of the base model" not in cached.phases
+    assert uncached.end[first_step.FIRST_STEP] - cached.end[first_step.FIRST_STEP] == pytest.approx(evaluation)
+    # A cold run has nothing to reuse: the evaluation runs, with the cut as without it.
+    cold = first_step.build(inputs, inputs.cuts)
+    assert cold.phases["GSM8K evaluation of the base model"].minutes == pytest.approx(evaluation)
 
 
 def test_without_the_prepull_the_pull_waits_for_the_ray_cluster(plans: dict[str, Plan]):
@@ -126,7 +141,8 @@ def test_size_dependent_phases_follow_sizes_and_rates(plans: dict[str, Plan]):
 def test_every_step_before_train_has_a_row(plans: dict[str, Plan]):
     for plan in plans.values():
         steps = first_step.inputs_from_plan(plan).steps
-        for step in steps[: steps.index("train") + 1]:
+        first_train = next(i for i, step in enumerate(steps) if step == "train" or step.startswith("train-"))
+        for step in steps[: first_train + 1]:
             assert step in first_step.STEP_PHASES, f"add {step} to first_step.STEP_PHASES"
     # A step without a row is still counted, and says it has no figure.
     inputs = first_step.inputs_from_plan(plans["h200"])

@@ -56,7 +56,11 @@ PLACEHOLDER_SECRETS = {"hfToken": "hf_PLACEHOLDER_not_a_token", "wandbApiKey": "
 EXIT_CONFIG = 2
 # The stack files the repository ships as examples: the tests, golden plans and checkov hold these, and only these,
 # so a user's own stack (Pulumi.<mine>.yaml, real values, encrypted secrets) never breaks `make test`.
-EXAMPLE_STACKS = ("dev", "h200", "b200")
+INFRA_EXAMPLE_STACKS = ("dev", "h200", "b200")
+# Job stack files shipped beside those pairs, each running on one of their infra stacks (the stack its infraStack
+# names): job stack -> infra stack. Planned, golden and checkov'd like the pairs.
+JOB_EXAMPLE_STACKS = {"h200-benchmark": "h200"}
+EXAMPLE_STACKS = (*INFRA_EXAMPLE_STACKS, *JOB_EXAMPLE_STACKS)
 STEPS = 4
 
 # Manifests are numbered in the order an operator would apply them: namespaces, policy and identity, data, the
@@ -158,11 +162,26 @@ class Plan:
 # Running the programs
 
 
+def infra_stack_of(stack: str) -> str | None:
+    """The infra stack a job stack runs on: the infra stack file of the same name, else the one its infraStack
+    names (organization/nemo-rl-gke/h200 -> h200) when that stack file exists; None when neither does."""
+    if (ROOT / f"Pulumi.{stack}.yaml").is_file():
+        return stack
+    job_file = JOBS_DIR / f"Pulumi.{stack}.yaml"
+    if not job_file.is_file():
+        return None
+    try:
+        config = (yaml.safe_load(job_file.read_text()) or {}).get("config") or {}
+    except yaml.YAMLError:
+        return None
+    named = str(config.get("nemo-rl-jobs:infraStack") or "").rpartition("/")[2]
+    return named if named and (ROOT / f"Pulumi.{named}.yaml").is_file() else None
+
+
 def stacks_available() -> list[str]:
-    """Stacks with both an infra and a job stack file."""
-    infra = {p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml")}
+    """Job stack files with an infra stack to run on: one of the same name, or the one its infraStack names."""
     jobs = {p.name[len("Pulumi.") : -len(".yaml")] for p in JOBS_DIR.glob("Pulumi.*.yaml")}
-    return sorted(infra & jobs)
+    return sorted(stack for stack in jobs if infra_stack_of(stack))
 
 
 def _apply_overrides(project: str, config: dict[str, Any], overrides: Sequence[str]) -> None:
@@ -213,17 +232,19 @@ def run_plan(
     wandb=False no W&B key is given, as for a user without one: the run logs to TensorBoard instead."""
     if stack not in stacks_available():
         raise PlanError(
-            f"no stack {stack!r}: STACK must name both Pulumi.{stack}.yaml and jobs/Pulumi.{stack}.yaml; "
+            f"no stack {stack!r}: STACK must name jobs/Pulumi.{stack}.yaml and an infra stack file, "
+            f"Pulumi.{stack}.yaml or the one its infraStack names; "
             f"available: {', '.join(stacks_available())}"
         )
     progress(1, "infra program (mocks)")
-    project, config = load_stack_config(ROOT, stack)
+    infra_stack = infra_stack_of(stack) or stack
+    project, config = load_stack_config(ROOT, infra_stack)
     _apply_overrides(project, config, infra_overrides)
     secrets = {f"{project}:{key}": value for key, value in PLACEHOLDER_SECRETS.items()}
-    secrets.update(_placeholders_for_encrypted(project, config, f"Pulumi.{stack}.yaml"))
+    secrets.update(_placeholders_for_encrypted(project, config, f"Pulumi.{infra_stack}.yaml"))
     if not wandb:  # as for a user without a W&B key, whatever the stack file holds
         secrets.pop(f"{project}:wandbApiKey", None)
-    infra = run_program(ROOT, config, secrets=secrets, stack=stack)
+    infra = run_program(ROOT, config, secrets=secrets, stack=infra_stack)
 
     progress(2, "job program (mocks), fed with the infra outputs")
     job_project, job_config = load_stack_config(JOBS_DIR, stack)

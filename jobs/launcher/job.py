@@ -24,6 +24,8 @@ SCRIPT_FILES = (
     "scripts/eval_model.py",
     "scripts/eval_summary.py",
     "scripts/prefetch_weights.py",
+    "scripts/prepare_openmathinstruct2.py",
+    "scripts/benchmark_summary.py",
     "preflight/nccl_allreduce.py",
     "preflight/lustre_io.py",
 )

@@ -7,12 +7,16 @@ from dataclasses import dataclass
 
 from ray_submit import attempt_id
 
-from launcher.settings import FLAT_DATA, InfraOutputs, JobSettings
+from launcher.settings import BENCHMARK_MEASURED_STEPS, FLAT_DATA, PUBLISHED_H100, InfraOutputs, JobSettings
 
 NEMO_RL_DIR = "/opt/nemo-rl"  # where the NeMo RL image keeps its sources and uv project
 SCRIPTS_MOUNT = "/opt/launcher"  # the ConfigMap with our scripts, inside the submitter pod
 SUBMITTER = f"{SCRIPTS_MOUNT}/ray_submit.py"
 WAIT_FOR_WORKERS = f"{SCRIPTS_MOUNT}/wait_for_workers.py"
+BENCHMARK_SUMMARY = f"{SCRIPTS_MOUNT}/benchmark_summary.py"
+# The data NeMo RL's performance recipes train on (data.dataset_name OpenMathInstruct-2: the hub dataset's train_1M
+# split, 5% held out for validation with the recipe's seed), prepared on Lustre once like GSM8K.
+BENCHMARK_DATASET = "openmathinstruct2-train_1M"
 EVAL_SUMMARY = f"{SCRIPTS_MOUNT}/eval_summary.py"
 # NeMo RL's evaluation (the same script and base config at v0.5.0 and v0.7.0), relative to its sources.
 EVAL_ENTRYPOINT = "examples/run_eval.py"
@@ -92,6 +96,11 @@ def eval_dir(job: JobSettings, infra: InfraOutputs) -> str:
     return f"{checkpoint_dir(job, infra)}/eval"
 
 
+def eval_cache_dir(infra: InfraOutputs) -> str:
+    """eval-base's results, kept across runs by a digest of what decides them (eval_model.py --cache-dir)."""
+    return f"{infra.mount_path}/eval-cache/base"
+
+
 def eval_summary_file(job: JobSettings, infra: InfraOutputs) -> str:
     return f"{eval_dir(job, infra)}/summary.json"
 
@@ -101,16 +110,17 @@ def scripts_dir(job: JobSettings, infra: InfraOutputs) -> str:
     return f"{checkpoint_dir(job, infra)}/scripts"
 
 
-def data_overrides(infra: InfraOutputs) -> list[str]:
+def data_overrides(infra: InfraOutputs, data: str = "", validation: str = "test.jsonl") -> list[str]:
     """The prepared GSM8K files as the release's config names its data: train.jsonl to train on, test.jsonl (GSM8K's
     test split) to validate on, rows read as `input` (the question) and `output` (only the final answer, so the math
-    reward can match the model's boxed answer: raw GSM8K answers always score 0)."""
-    data = dataset_dir(infra)
+    reward can match the model's boxed answer: raw GSM8K answers always score 0). `data` and `validation`: another
+    prepared folder (the benchmark's) with the same row format."""
+    data = data or dataset_dir(infra)
     if infra.nemo_rl_release.data_layout == FLAT_DATA:
         return [
             "data.dataset_name=ResponseDataset",
             f"+data.train_data_path={data}/train.jsonl",
-            f"+data.val_data_path={data}/test.jsonl",
+            f"+data.val_data_path={data}/{validation}",
             "+data.input_key=input",
             "+data.output_key=output",
         ]
@@ -121,7 +131,7 @@ def data_overrides(infra: InfraOutputs) -> list[str]:
         f"+data.train.data_path={data}/train.jsonl",
         "data.train.split_validation_size=0",
         "+data.validation.dataset_name=ResponseDataset",
-        f"+data.validation.data_path={data}/test.jsonl",
+        f"+data.validation.data_path={data}/{validation}",
         "+data.default.input_key=input",
         "+data.default.output_key=output",
     ]
@@ -153,6 +163,8 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
     if job.vllm_gpu_memory_utilization is not None:
         overrides.append(f"policy.generation.vllm_cfg.gpu_memory_utilization={job.vllm_gpu_memory_utilization:g}")
     overrides.append(f"policy.dtensor_cfg.tensor_parallel_size={job.dtensor_tensor_parallel_size}")
+    if job.async_grpo:
+        overrides += async_grpo_overrides(job.max_trajectory_age_steps)
     check_from_tp = infra.nemo_rl_release.logprob_batch_check_from_tp
     if check_from_tp is not None and job.dtensor_tensor_parallel_size >= check_from_tp:
         # NeMo RL refuses to start otherwise (the Gemma 3 27B recipes use micro batch 1, logprob batch 4); the
@@ -171,6 +183,109 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
         overrides.append("logger.wandb_enabled=False")
     overrides.append("logger.tensorboard_enabled=True")
     return overrides + list(job.extra_overrides)
+
+
+def async_grpo_overrides(max_trajectory_age_steps: int) -> list[str]:
+    """What NeMo RL's async path needs (examples/run_grpo*.py, algorithms/grpo.py async_grpo_train at v0.5.0 and
+    v0.7.0): async GRPO itself, the importance-sampling correction it asserts, vLLM's async engine it asserts, and
+    in-flight weight updates as NVIDIA's 1-step off-policy recipes set them (past one step NeMo RL warns that the
+    extra age buys nothing without them)."""
+    return [
+        "grpo.async_grpo.enabled=True",
+        f"grpo.async_grpo.max_trajectory_age_steps={max_trajectory_age_steps}",
+        "grpo.async_grpo.in_flight_weight_updates=True",
+        "loss_fn.use_importance_sampling_correction=True",
+        "policy.generation.vllm_cfg.async_engine=True",
+    ]
+
+
+def benchmark_dataset_dir(infra: InfraOutputs) -> str:
+    return f"{infra.mount_path}/datasets/{BENCHMARK_DATASET}"
+
+
+def benchmark_log_dir(job: JobSettings, infra: InfraOutputs, mode: str) -> str:
+    return f"{log_dir(job, infra)}/{mode}"
+
+
+def benchmark_overrides(job: JobSettings, infra: InfraOutputs, mode: str) -> list[str]:
+    """NVIDIA's recipe as it is, but for paths (checkpoints, logs, the prepared data) and the step count; W&B only
+    with a key (the recipes turn it on), TensorBoard always (the summary reads its event files)."""
+    with_wandb = "WANDB_API_KEY" in infra.secret_keys
+    return [
+        f"grpo.max_num_steps={job.max_num_steps}",
+        f"checkpointing.checkpoint_dir={checkpoint_dir(job, infra)}/{mode}",
+        f"logger.log_dir={benchmark_log_dir(job, infra, mode)}",
+        *data_overrides(infra, benchmark_dataset_dir(infra), "validation.jsonl"),
+        f"logger.wandb_enabled={with_wandb}",
+        "logger.tensorboard_enabled=True",
+    ]
+
+
+def measured_steps(job: JobSettings) -> tuple[int, int]:
+    """The steps the benchmark averages (1-based, inclusive): the last BENCHMARK_MEASURED_STEPS before the final
+    step, so neither the first (start-up, an empty off-policy buffer) nor the last (validation and a checkpoint at
+    the recipes' val_period and save_period of 10) is counted. NVIDIA's figures are averages of 5 steps too."""
+    last = job.max_num_steps - 1
+    return last - BENCHMARK_MEASURED_STEPS + 1, last
+
+
+def benchmark_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
+    """Prepare the recipes' data, then each recipe in turn: synchronous, then 1-step off-policy."""
+    scripts = scripts_dir(job, infra)
+    steps = [
+        Step(
+            "prepare-data",
+            f"{job.run_name}-prepare-data",
+            _in_nemo_rl(f"{scripts}/prepare_openmathinstruct2.py", f"--output-dir={benchmark_dataset_dir(infra)}"),
+            on_failure="access to the Hugging Face hub (HF_TOKEN) and the Lustre mount",
+        )
+    ]
+    for mode, published in PUBLISHED_H100.items():
+        ckpt = f"{checkpoint_dir(job, infra)}/{mode}"
+        train_args = [f"--config={published.recipe}", *benchmark_overrides(job, infra, mode)]
+        if mode == "sync":  # the model both recipes train, into HF_HOME on Lustre first, as for a run
+            steps.append(
+                Step(
+                    "prefetch-weights",
+                    f"{job.run_name}-prefetch-weights",
+                    _in_nemo_rl(f"{scripts}/prefetch_weights.py", "--", *train_args),
+                    on_failure="access to the Hugging Face hub (HF_TOKEN, the Llama 3.1 licence accepted) and Lustre",
+                )
+            )
+        train = _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, *train_args)
+        steps.append(
+            Step(
+                f"train-{mode}",
+                f"{job.run_name}-train-{mode}",
+                [
+                    *wait_for_workers(f"{scripts}/wait_for_workers.py", job.num_nodes, job, infra),
+                    "&&",
+                    "python",
+                    f"{scripts}/checkpoint_guard.py",
+                    f"--checkpoint-dir={ckpt}",
+                    "&&",
+                    *train,
+                ],
+                on_failure="the driver log above (HF_TOKEN access to meta-llama/Llama-3.1-8B-Instruct, GPU memory)",
+                max_retries=job.max_restarts,
+            )
+        )
+    return steps
+
+
+def benchmark_summary_command(job: JobSettings, infra: InfraOutputs) -> list[str]:
+    """The submitter's last command with benchmark: one line per mode, from NeMo RL's own TensorBoard metrics, beside
+    NVIDIA's published H100 figures. Empty without benchmark."""
+    if not job.benchmark:
+        return []
+    first, last = measured_steps(job)
+    command = ["python", BENCHMARK_SUMMARY, f"--first-step={first}", f"--last-step={last}"]
+    for mode, published in PUBLISHED_H100.items():
+        command.append(
+            f"--mode={mode}:{benchmark_log_dir(job, infra, mode)}:"
+            f"{published.seconds_per_step:g}:{published.tokens_per_sec_per_gpu:g}"
+        )
+    return command
 
 
 def _override_value(job: JobSettings, key: str) -> str | None:
@@ -215,15 +330,19 @@ def eval_overrides(job: JobSettings, infra: InfraOutputs, save_path: str) -> lis
     ]
 
 
-def eval_step(name: str, model: list[str], job: JobSettings, infra: InfraOutputs) -> Step:
-    """eval-base or eval-final: eval_model.py picks the model, then runs NeMo RL's run_eval.py with eval.yaml."""
+def eval_step(name: str, model: list[str], job: JobSettings, infra: InfraOutputs, cached: bool = False) -> Step:
+    """eval-base or eval-final: eval_model.py picks the model, then runs NeMo RL's run_eval.py with eval.yaml. With
+    `cached` (the base model: the same in every run of a recipe) a result stored by an earlier run with the same
+    model, arguments and image is copied instead of evaluating again; the image is part of the key."""
     save_path = f"{eval_dir(job, infra)}/{name.removeprefix('eval-')}"
+    cache = [f"--cache-dir={eval_cache_dir(infra)}", f"--image={infra.image}"] if cached else []
     return Step(
         name,
         f"{job.run_name}-{name}",
         _in_nemo_rl(
             f"{scripts_dir(job, infra)}/eval_model.py",
             *model,
+            *cache,
             "--",
             EVAL_ENTRYPOINT,
             f"--config={EVAL_CONFIG}",
@@ -286,6 +405,8 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
                 on_failure="the Lustre mount on the workers (PVC bound, CSI driver, legacy port 6988, peering)",
             )
         )
+    if job.benchmark:
+        return steps + benchmark_steps(job, infra)
     steps.append(
         Step(
             "prepare-data",
@@ -307,7 +428,7 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
         )
     )
     if job.eval_base:
-        steps.append(eval_step("eval-base", base_model_args(job), job, infra))
+        steps.append(eval_step("eval-base", base_model_args(job), job, infra, cached=True))
     train = _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, *train_args)
     steps.append(
         Step(
@@ -460,4 +581,7 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
     summary = eval_summary_command(job, infra)
     if summary:  # last, so the accuracy line ends the Job's log
         lines.append(shlex.join(summary))
+    benchmark = benchmark_summary_command(job, infra)
+    if benchmark:  # last, so the comparison ends the Job's log
+        lines.append(shlex.join(benchmark))
     return "\n".join(lines) + "\n"

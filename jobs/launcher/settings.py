@@ -28,6 +28,8 @@ DERIVED_OVERRIDES = {
     "cluster.num_nodes": "numNodes",
     "cluster.gpus_per_node": "the infra's gpusPerNode",
     "policy.dtensor_cfg.tensor_parallel_size": "dtensorTensorParallelSize",
+    "grpo.async_grpo.enabled": "asyncGrpo",
+    "grpo.async_grpo.max_trajectory_age_steps": "maxTrajectoryAgeSteps",
 }
 
 
@@ -48,9 +50,63 @@ class UnknownKeyError(ConfigError):
         pulumi.RunError.__init__(self, f"config '{key}' is not a key this program reads: {hint}")
 
 
-# NeMo RL's performance summary (v0.5): GRPO on Llama 3.1 8B, 16 H100s, 92.8 s per step. A published anchor for the
-# run estimate, not a prediction for another model: set secondsPerStep from your own runs.
-DEFAULT_SECONDS_PER_STEP = 92.8
+@dataclass(frozen=True)
+class PublishedFigure:
+    """One row of NeMo RL's performance summary: what NVIDIA measured for a recipe, averaged over 5 steps."""
+
+    mode: str
+    recipe: str  # under examples/configs/ at NeMo RL v0.5.0 (and v0.7.0)
+    seconds_per_step: float
+    tokens_per_sec_per_gpu: float
+
+
+# NeMo RL's performance summary (docs/about/performance-summary.md, v0.5, DGX-H100 BF16, Megatron backend): GRPO on
+# Llama 3.1 8B Instruct, 16 GPUs, on-policy and 1-step off-policy. Anchors for the run estimate (not a prediction for
+# another model: set secondsPerStep from your own runs) and the figures the benchmark stack compares with.
+PUBLISHED_H100: dict[str, PublishedFigure] = {
+    "sync": PublishedFigure(
+        "on-policy", "examples/configs/recipes/llm/performance/grpo-llama3.1-8b-instruct-2n8g.yaml", 92.8, 1581
+    ),
+    "async-1off": PublishedFigure(
+        "1-step off-policy",
+        "examples/configs/recipes/llm/performance/grpo-llama3.1-8b-instruct-2n8g-async-1off.yaml",
+        64.8,
+        2478,
+    ),
+}
+DEFAULT_SECONDS_PER_STEP = PUBLISHED_H100["sync"].seconds_per_step
+ASYNC_SECONDS_PER_STEP = PUBLISHED_H100["async-1off"].seconds_per_step
+# The benchmark runs both recipes unchanged on their own cluster shape: 2 nodes of 8 GPUs.
+BENCHMARK_NODES, BENCHMARK_GPUS_PER_NODE = 2, 8
+# Steps per mode by default, and the fewest that leave 5 measured steps between the first (start-up) and the last
+# (which validates and saves a checkpoint: val_period and save_period are 10 in the recipes' base config).
+BENCHMARK_STEPS, BENCHMARK_MIN_STEPS, BENCHMARK_MEASURED_STEPS = 10, 7, 5
+# Job settings the benchmark has no use for (it runs NVIDIA's recipes as they are): set, they would be ignored.
+# Each with its default (jobs/Pulumi.yaml's): the CLI hands every default over, so only another value is refused.
+BENCHMARK_IGNORES: dict[str, Any] = {
+    "recipe": DEFAULT_RECIPE, "numNodes": 2, "generationNodes": 1, "numPromptsPerStep": 16,
+    "numGenerationsPerPrompt": 32, "vllmTensorParallelSize": 8, "vllmGpuMemoryUtilization": "",
+    "dtensorTensorParallelSize": 8, "asyncGrpo": False, "maxTrajectoryAgeSteps": 1, "extraOverrides": [],
+    "secondsPerStep": "",
+}  # fmt: skip
+# Async GRPO at NeMo RL v0.5.0 and v0.7.0 (examples/run_grpo*.py, algorithms/grpo.py async_grpo_train and setup):
+# what the pipeline sets for it, and what an extraOverride may not change under it (key -> what it must stay).
+ASYNC_REQUIRED = {
+    "loss_fn.use_importance_sampling_correction": "true (off-policy samples need the importance-sampling correction)",
+    "policy.generation.vllm_cfg.async_engine": "true (async_grpo_train asserts vLLM's async engine)",
+    "grpo.async_grpo.in_flight_weight_updates": "true (NVIDIA's 1-step off-policy recipes; beyond one step NeMo RL "
+    "warns the extra age buys nothing without it)",
+    "policy.generation.backend": "vllm",
+    "policy.generation.colocated.enabled": "false (asserted by async_grpo_train)",
+}
+# Features run_grpo.py refuses with async GRPO (DAPO's, v0.7.0's multiple dataloaders), and the FP8 KV cache that
+# grpo.py's setup refuses with async rollouts: an extraOverride turning one on is refused.
+ASYNC_REFUSED_FEATURES = {
+    "grpo.use_dynamic_sampling": "dynamic sampling (DAPO)",
+    "grpo.reward_scaling.enabled": "reward scaling (DAPO)",
+    "grpo.reward_shaping.enabled": "reward shaping (DAPO)",
+    "data.use_multiple_dataloader": "multiple dataloaders",
+}
 # Minutes one GSM8K evaluation (eval-base, eval-final) holds the run's GPU nodes: 6-8 minutes for Gemma 3 27B on one
 # 8-GPU node, most of it vLLM start-up (the GKE sample's logs). An estimate, taken at its upper end.
 EVAL_MINUTES = 8.0
@@ -138,6 +194,12 @@ class JobSettings:
     stop_on_delete: bool  # stop the run's Ray jobs when the job stack is destroyed
     # Run estimate (jobs/launcher/cost.py): seconds one GRPO step takes on numNodes nodes.
     seconds_per_step: float = DEFAULT_SECONDS_PER_STEP
+    seconds_per_step_set: bool = False  # the user's secondsPerStep (else a published default)
+    # 1-step (or maxTrajectoryAgeSteps) off-policy GRPO: generation and training overlap on their own nodes.
+    async_grpo: bool = False
+    max_trajectory_age_steps: int = 1
+    # NeMo RL's Llama 3.1 8B performance recipes, synchronous then 1-step off-policy, instead of the run.
+    benchmark: bool = False
     # GSM8K test accuracy before training (the recipe's model) and after it (the converted model).
     eval_base: bool = True
     eval_final: bool = True
@@ -365,8 +427,21 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
     if not 0 < lustre_fraction <= 1:
         raise ConfigError("preflightLustreMinFraction", lustre_fraction, "a fraction in (0, 1]")
 
+    async_grpo, max_age = _async_grpo(values, generation_nodes, extra)
+    benchmark = _benchmark(values, infra)
+    max_num_steps = _positive("maxNumSteps", values.get("maxNumSteps", BENCHMARK_STEPS if benchmark else 10))
+    if benchmark and max_num_steps < BENCHMARK_MIN_STEPS:
+        raise ConfigError(
+            "maxNumSteps",
+            max_num_steps,
+            f"{BENCHMARK_MIN_STEPS} or more with benchmark: the summary averages {BENCHMARK_MEASURED_STEPS} steps "
+            "after the first (start-up) and before the last (validation and checkpoint)",
+        )
+
     wait_minutes = _positive("waitForWorkersMinutes", values.get("waitForWorkersMinutes", 60))
-    seconds_per_step = _float("secondsPerStep", values.get("secondsPerStep", DEFAULT_SECONDS_PER_STEP))
+    seconds_per_step_set = values.get("secondsPerStep") not in (None, "")
+    default_seconds = ASYNC_SECONDS_PER_STEP if async_grpo else DEFAULT_SECONDS_PER_STEP
+    seconds_per_step = _float("secondsPerStep", values["secondsPerStep"]) if seconds_per_step_set else default_seconds
     if seconds_per_step <= 0:
         raise ConfigError("secondsPerStep", seconds_per_step, "a positive number of seconds")
     max_restarts = _int("maxRestarts", values.get("maxRestarts", 3))
@@ -375,8 +450,8 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
             "maxRestarts", max_restarts, f"0..{MAX_RESTARTS}: retries of a failed training attempt (0 = none)"
         )
 
-    convert_to_hf = _bool("convertToHf", values.get("convertToHf", True))
-    eval_final = _bool("evalFinal", values.get("evalFinal", True))
+    convert_to_hf = _bool("convertToHf", values.get("convertToHf", not benchmark))
+    eval_final = _bool("evalFinal", values.get("evalFinal", not benchmark))
     if eval_final and not convert_to_hf:
         raise ConfigError(
             "evalFinal", eval_final, "false when convertToHf is false: the trained model is evaluated in HF format"
@@ -388,7 +463,7 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         recipe=recipe,
         num_nodes=num_nodes,
         generation_nodes=generation_nodes,
-        max_num_steps=_positive("maxNumSteps", values.get("maxNumSteps", 10)),
+        max_num_steps=max_num_steps,
         num_prompts_per_step=prompts,
         num_generations_per_prompt=generations,
         vllm_tensor_parallel_size=vllm_tp,
@@ -404,18 +479,88 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         ),
         wait_for_workers_minutes=wait_minutes,
         seconds_per_step=seconds_per_step,
+        seconds_per_step_set=seconds_per_step_set,
         max_restarts=max_restarts,
         stop_on_delete=_bool("stopOnDelete", values.get("stopOnDelete", True)),
-        eval_base=_bool("evalBase", values.get("evalBase", True)),
+        async_grpo=async_grpo,
+        max_trajectory_age_steps=max_age,
+        benchmark=benchmark,
+        eval_base=_bool("evalBase", values.get("evalBase", not benchmark)),
         eval_final=eval_final,
     )
+
+
+def _override_key(item: str) -> str:
+    return item.split("=", 1)[0].lstrip("+~")
+
+
+def _async_grpo(values: Mapping[str, Any], generation_nodes: int, extra: list[str]) -> tuple[bool, int]:
+    """asyncGrpo and maxTrajectoryAgeSteps, refused where NeMo RL's async path would refuse them or do nothing."""
+    enabled = _bool("asyncGrpo", values.get("asyncGrpo", False))
+    max_age = _positive("maxTrajectoryAgeSteps", values.get("maxTrajectoryAgeSteps", 1))
+    if not enabled:
+        if max_age != 1:
+            raise ConfigError("maxTrajectoryAgeSteps", max_age, "1 unless asyncGrpo is true (it is the off-policy age)")
+        return False, max_age
+    if generation_nodes == 0:
+        raise ConfigError(
+            "asyncGrpo",
+            True,
+            "false with colocated generation (generationNodes = 0): generation and training share the GPUs, so "
+            "nothing overlaps (NeMo RL's async_grpo_train refuses it); give generation its own nodes "
+            "(generationNodes 1 or more) to use it",
+        )
+    for item in extra:
+        key, value = _override_key(item), item.split("=", 1)[1].strip().lower()
+        if key in ASYNC_REQUIRED and value != ASYNC_REQUIRED[key].split(" ", 1)[0]:
+            raise ConfigError("extraOverrides", item, f"with asyncGrpo, {key} must stay {ASYNC_REQUIRED[key]}")
+        if key in ASYNC_REFUSED_FEATURES and value == "true":
+            raise ConfigError(
+                "extraOverrides", item, f"NeMo RL refuses {ASYNC_REFUSED_FEATURES[key]} with async GRPO (asyncGrpo)"
+            )
+        if key == "policy.generation.vllm_cfg.kv_cache_dtype" and value.startswith("fp8"):
+            raise ConfigError("extraOverrides", item, "NeMo RL refuses an FP8 KV cache with async rollouts (asyncGrpo)")
+    return True, max_age
+
+
+def _benchmark(values: Mapping[str, Any], infra: InfraOutputs) -> bool:
+    """benchmark: NVIDIA's recipes as they are, on their own cluster shape; keys it would ignore are refused."""
+    if not _bool("benchmark", values.get("benchmark", False)):
+        return False
+    if infra.gpus_per_node != BENCHMARK_GPUS_PER_NODE or infra.ray_worker_replicas < BENCHMARK_NODES:
+        raise ConfigError(
+            "benchmark",
+            True,
+            f"an infra with {BENCHMARK_NODES} GPU nodes of {BENCHMARK_GPUS_PER_NODE} GPUs, the recipes' cluster "
+            f"(this one: rayWorkerReplicas {infra.ray_worker_replicas}, gpusPerNode {infra.gpus_per_node})",
+        )
+
+    def changed(key: str) -> bool:
+        value, default = values.get(key), BENCHMARK_IGNORES[key]
+        return value is not None and str(value).lower() != str(default).lower()
+
+    ignored = [key for key in BENCHMARK_IGNORES if changed(key)]
+    if ignored:
+        raise ConfigError(
+            "benchmark",
+            True,
+            f"runs NeMo RL's performance recipes unchanged (but for paths and maxNumSteps), so {', '.join(ignored)} "
+            "would be ignored: remove them from the benchmark's job stack",
+        )
+    if _bool("convertToHf", values.get("convertToHf", False)):
+        raise ConfigError("convertToHf", True, "false with benchmark: its checkpoints are not a model to keep")
+    for key in ("evalBase", "evalFinal"):
+        if _bool(key, values.get(key, False)):
+            raise ConfigError(key, True, "false with benchmark: it measures speed, on NVIDIA's data, not accuracy")
+    return True
 
 
 _PLAIN_KEYS = (
     "infraStack", "runName", "recipe", "numNodes", "generationNodes", "maxNumSteps", "numPromptsPerStep",
     "numGenerationsPerPrompt", "vllmTensorParallelSize", "vllmGpuMemoryUtilization", "dtensorTensorParallelSize",
     "convertToHf", "preflight", "preflightMinBusbwGbps", "preflightLustreGibPerNode", "preflightLustreMinFraction",
-    "waitForWorkersMinutes", "secondsPerStep", "maxRestarts", "stopOnDelete",
+    "waitForWorkersMinutes", "secondsPerStep", "maxRestarts", "stopOnDelete", "asyncGrpo", "maxTrajectoryAgeSteps",
+    "benchmark",
     "evalBase", "evalFinal",
 )  # fmt: skip
 

@@ -168,7 +168,7 @@ def test_an_extra_override_of_the_prompt_or_the_model_is_followed(infra):
         "h200", net, extraOverrides=["data.default.prompt_file=examples/prompts/math.txt", "policy.model_name=org/m"]
     )
     own, run_eval = eval_model_words(step(job, net, "eval-base"), net)
-    assert own == ["--model=org/m"]
+    assert own[0] == "--model=org/m"
     assert "data.prompt_file=examples/prompts/math.txt" in run_eval
     final_own, _ = eval_model_words(step(job, net, "eval-final"), net)
     assert final_own == [f"--model={net.mount_path}/{job.run_name}/hf"]
@@ -335,3 +335,224 @@ def test_eval_model_refuses_a_model_in_the_words_it_adds_the_model_to():
     assert module.run_eval_command(["examples/run_eval.py", "a=1"], "m") == [
         sys.executable, "examples/run_eval.py", "a=1", "generation.model_name=m",
     ]  # fmt: skip
+
+
+# --- eval-base's result reused across runs ---------------------------------------------------------------------------
+
+FAKE_RUN_EVAL = '''
+"""A stand-in for run_eval.py: writes its output with the release's own _save_evaluation_data_to_json, after
+logging its arguments; FAKE_RUN_EVAL=fail exits 1 after a partial write, killed dies of SIGKILL after writing,
+slow waits after writing (to be stopped)."""
+import ast, json, os, signal, sys, time
+from types import SimpleNamespace
+
+words = dict(w.split("=", 1) for w in sys.argv[1:] if "=" in w and not w.startswith("--"))
+with open(os.environ["FAKE_RUN_EVAL_LOG"], "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\\n")
+source = open(EVAL_PY).read()
+function = next(n for n in ast.parse(source).body if getattr(n, "name", "") == "_save_evaluation_data_to_json")
+namespace = {"json": json, "os": os}
+exec(compile(ast.Module(body=[function], type_ignores=[]), "eval.py", "exec"), namespace)
+problems = [json.loads(line) for line in open(words["data.dataset_name"]) if line.strip()]
+sections = {
+    "generation": {"model_name": words["generation.model_name"], "temperature": float(words["generation.temperature"]),
+                   "top_p": 1.0, "top_k": -1},
+    "data": {"dataset_name": words["data.dataset_name"]},
+    "eval": {"metric": words["eval.metric"], "k_value": int(words["eval.k_value"]),
+             "num_tests_per_prompt": int(words["eval.num_tests_per_prompt"])},
+}
+config = sections if RELEASE == "v0.5.0" else SimpleNamespace(**sections)
+samples = [
+    {"prompt": p["input"], "response": "\\\\boxed{1}", "reward": float(i % 2 == 0), "message_log": [],
+     "extra_env_info": {"ground_truth": p["output"]}, "sample_index": i}
+    for i, p in enumerate(problems)
+]
+behaviour = os.environ.get("FAKE_RUN_EVAL", "ok")
+if behaviour == "fail":
+    os.makedirs(words["eval.save_path"], exist_ok=True)
+    open(os.path.join(words["eval.save_path"], "config.json"), "w").write("{}")
+    sys.exit(1)
+namespace["_save_evaluation_data_to_json"](samples, config, words["eval.save_path"])
+if behaviour == "killed":
+    os.kill(os.getpid(), signal.SIGKILL)
+if behaviour == "slow":
+    time.sleep(60)
+'''
+
+
+@pytest.fixture
+def eval_model() -> ModuleType:
+    return load_script("jobs/scripts/eval_model.py", "eval_model")
+
+
+class EvalBase:
+    """eval_model.py with the cache, as eval-base runs it, on a fake run_eval.py; each call a new run's save path."""
+
+    def __init__(self, root: Path, monkeypatch, release: str = "v0.7.0") -> None:
+        self.root = root
+        self.run_eval = root / "run_eval.py"
+        eval_py = reference(f"nemo-rl-{release}") / "nemo_rl" / "evals" / "eval.py"
+        self.run_eval.write_text(f"EVAL_PY = {str(eval_py)!r}\nRELEASE = {release!r}\n{FAKE_RUN_EVAL}")
+        self.dataset = gsm8k_test_file(root / "test.jsonl", problems=8)
+        self.cache = root / "eval-cache" / "base"
+        self.log = root / "run_eval.log"
+        monkeypatch.setenv("FAKE_RUN_EVAL_LOG", str(self.log))
+        monkeypatch.setenv("HF_HOME", str(root / "hf"))
+        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+        monkeypatch.delenv("FAKE_RUN_EVAL", raising=False)
+
+    def words(self, run: str, model: str = "--model=org/base", image: str = "nvcr.io/nvidia/nemo-rl:v0.7.0",
+              extra: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
+        return [
+            model, f"--cache-dir={self.cache}", f"--image={image}", "--",
+            str(self.run_eval), "eval.metric=pass@k", "eval.k_value=1", "eval.num_tests_per_prompt=1",
+            f"eval.save_path={self.save_path(run)}", "generation.temperature=0.0",
+            f"data.dataset_name={self.dataset}", *extra,
+        ]  # fmt: skip
+
+    def save_path(self, run: str) -> Path:
+        return self.root / run / "eval" / "base"
+
+    def runs(self) -> int:
+        return len(self.log.read_text().splitlines()) if self.log.exists() else 0
+
+    def entries(self) -> list[Path]:
+        return sorted(self.cache.iterdir()) if self.cache.exists() else []
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_base_evaluation_is_stored_then_reused_without_starting_run_eval(
+    eval_model, summary, tmp_path: Path, monkeypatch, capsys, release
+):
+    fake = EvalBase(tmp_path, monkeypatch, release)
+    assert eval_model.main(fake.words("run1")) == 0
+    assert fake.runs() == 1
+    [entry] = fake.entries()
+    assert (entry / "complete.json").is_file() and tree(entry / "result") == tree(fake.save_path("run1"))
+    assert "result stored for later runs" in capsys.readouterr().out
+    # A new run (a new runName, so a new save path) on the same model, arguments and image: copied, not run.
+    assert eval_model.main(fake.words("run2")) == 0
+    assert fake.runs() == 1
+    log = capsys.readouterr().out
+    assert f"result reused from {entry} (vLLM not started)" in log and "evaluating" not in log
+    assert tree(fake.save_path("run2")) == tree(fake.save_path("run1"))
+    # What eval_summary.py reads is there, whole, in the new run's folder.
+    result = summary.accuracy(fake.save_path("run2"), problems=8)
+    assert (result["correct"], result["model"]) == (4, "org/base")
+    # The copy replaces whatever a stopped earlier attempt of that run left in its save path.
+    (fake.save_path("run2") / "stale.json").write_text("{}")
+    assert eval_model.main(fake.words("run2")) == 0
+    assert tree(fake.save_path("run2")) == tree(fake.save_path("run1")) and fake.runs() == 1
+
+
+@pytest.mark.parametrize("behaviour, code", [("fail", 1), ("killed", 128 + 9)])
+def test_a_failed_or_killed_evaluation_leaves_no_entry(eval_model, tmp_path: Path, monkeypatch, behaviour, code):
+    fake = EvalBase(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_RUN_EVAL", behaviour)
+    assert eval_model.main(fake.words("run1")) == code
+    assert fake.runs() == 1 and fake.entries() == []
+    monkeypatch.setenv("FAKE_RUN_EVAL", "ok")  # the next run evaluates, and stores
+    assert eval_model.main(fake.words("run2")) == 0
+    assert fake.runs() == 2 and len(fake.entries()) == 1
+
+
+def test_a_stopped_evaluation_stops_run_eval_and_leaves_no_entry(tmp_path: Path, monkeypatch):
+    """A stopped Ray job signals eval_model.py, which now runs run_eval.py as a child: the signal reaches it."""
+    fake = EvalBase(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_RUN_EVAL", "slow")
+    process = subprocess.Popen([sys.executable, str(EVAL_MODEL), *fake.words("run1")])
+    written = fake.save_path("run1") / "evaluation_data.json"
+    for _ in range(300):
+        if written.exists() or process.poll() is not None:
+            break
+        __import__("time").sleep(0.1)
+    assert written.exists(), "the fake run_eval.py did not start"
+    process.send_signal(__import__("signal").SIGTERM)
+    assert process.wait(timeout=30) == 128 + 15  # run_eval.py got the signal and died of it, not of a timeout
+    assert fake.entries() == []
+
+
+def test_an_interrupted_store_or_a_damaged_entry_is_not_taken_as_complete(eval_model, tmp_path: Path, monkeypatch):
+    fake = EvalBase(tmp_path, monkeypatch)
+
+    def interrupted(folder: Path, key: dict[str, Any]) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(eval_model, "write_marker", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            eval_model.main(fake.words("run1"))
+    assert fake.entries() == []  # neither an entry nor the temporary folder it was being written in
+    assert eval_model.main(fake.words("run2")) == 0 and fake.runs() == 2
+    [entry] = fake.entries()
+    samples = entry / "result" / "evaluation_data.json"
+    samples.write_text(samples.read_text()[:100])  # cut short on Lustre: no longer what the marker lists
+    assert eval_model.main(fake.words("run3")) == 0 and fake.runs() == 3
+    assert fake.entries() == [entry] and eval_model.is_complete(entry)
+    assert tree(fake.save_path("run3")) == tree(fake.save_path("run2"))
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["argument", "added argument", "model", "image", "dataset content", "model revision", "save path only"],
+)
+def test_what_decides_the_result_is_in_the_key(eval_model, tmp_path: Path, monkeypatch, change):
+    fake = EvalBase(tmp_path, monkeypatch)
+    assert eval_model.main(fake.words("run1")) == 0
+    words = fake.words("run2")
+    if change == "argument":
+        words = [w.replace("generation.temperature=0.0", "generation.temperature=0.5") for w in words]
+    elif change == "added argument":
+        words = fake.words("run2", extra=("data.prompt_file=examples/prompts/math.txt",))
+    elif change == "model":
+        words = fake.words("run2", model="--model=org/other")
+    elif change == "image":
+        words = fake.words("run2", image="nvcr.io/nvidia/nemo-rl:v0.5.0")
+    elif change == "dataset content":
+        gsm8k_test_file(fake.dataset, problems=6)
+    elif change == "model revision":  # the hub's main moved and the Hugging Face cache on Lustre followed it
+        ref = tmp_path / "hf" / "hub" / "models--org--base" / "refs" / "main"
+        ref.parent.mkdir(parents=True)
+        ref.write_text("0123abcd")
+    assert eval_model.main(words) == 0
+    assert fake.runs() == (1 if change == "save path only" else 2)
+    assert len(fake.entries()) == fake.runs()
+
+
+def test_the_recipes_model_is_keyed_as_resolved(eval_model, tmp_path: Path, monkeypatch):
+    """With --model-of-recipe the key holds the model the recipe resolves to, so a recipe (or a `defaults:` file it
+    reads) that now names another model misses."""
+    fake = EvalBase(tmp_path, monkeypatch)
+    recipe = "--model-of-recipe=examples/configs/recipes/llm/r.yaml"
+    resolved = iter(["org/base", "org/base", "org/newer"])
+    monkeypatch.setattr(eval_model, "recipe_model", lambda nemo_rl_dir, name: next(resolved))
+    assert eval_model.main(fake.words("run1", model=recipe)) == 0
+    assert eval_model.main(fake.words("run2", model=recipe)) == 0
+    assert fake.runs() == 1
+    assert eval_model.main(fake.words("run3", model=recipe)) == 0
+    assert fake.runs() == 2 and len(fake.entries()) == 2
+
+
+def test_a_local_model_directory_and_a_cache_without_its_key_are_not_cached(eval_model, tmp_path: Path, monkeypatch):
+    fake = EvalBase(tmp_path, monkeypatch)
+    local = tmp_path / "model"
+    local.mkdir()
+    for run in ("run1", "run2"):
+        assert eval_model.main(fake.words(run, model=f"--model={local}")) == 0
+    assert fake.runs() == 2 and fake.entries() == []
+    no_image = [w for w in fake.words("run3") if not w.startswith("--image=")]
+    assert eval_model.main(no_image) == 2
+
+
+def test_only_eval_base_uses_the_cache_keyed_on_the_image(infra):
+    net = infra["v0.7.0"]["h200"]
+    job = job_of("h200", net)
+    base_own, _ = eval_model_words(step(job, net, "eval-base"), net)
+    assert base_own[1:] == [f"--cache-dir={net.mount_path}/eval-cache/base", f"--image={net.image}"]
+    assert net.image == "nvcr.io/nvidia/nemo-rl:v0.7.0"
+    final_own, _ = eval_model_words(step(job, net, "eval-final"), net)
+    assert not [w for w in final_own if w.startswith(("--cache-dir", "--image"))]

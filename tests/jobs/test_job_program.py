@@ -336,7 +336,7 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     assert set(config_map["data"]) == {
         "ray_submit.py", "wait_for_workers.py", "prepare_gsm8k.py", "convert_checkpoint.py", "nccl_allreduce.py",
         "lustre_io.py", "checkpoint_guard.py", "export_gcs.py", "eval_model.py", "eval_summary.py",
-        "prefetch_weights.py", "pipeline.sh",
+        "prefetch_weights.py", "prepare_openmathinstruct2.py", "benchmark_summary.py", "pipeline.sh",
     }  # fmt: skip
     assert config_map["data"]["ray_submit.py"] == (JOBS / "ray_submit.py").read_text()
     # The Job's address and ids come from the infra outputs.
