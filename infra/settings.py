@@ -442,12 +442,15 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
     if release_channel not in ("RAPID", "REGULAR", "STABLE", "EXTENDED"):
         raise ConfigError("releaseChannel", release_channel, "RAPID, REGULAR, STABLE or EXTENDED")
 
-    namespace = str(values.get("namespace", "default"))
+    # The Ray namespace, created by the stack with Pod Security labels (workloads/pod_security.py).
+    namespace = str(values.get("namespace", "nemo-rl"))
     if not _DNS_LABEL_RE.match(namespace):
         raise ConfigError("namespace", namespace, "a Kubernetes namespace name (DNS label: a-z, 0-9, '-', 1-63)")
     ksa = str(values.get("kubernetesServiceAccount", "generic-ksa"))
     if not _DNS_LABEL_RE.match(ksa):
         raise ConfigError("kubernetesServiceAccount", ksa, "a DNS label: a-z, 0-9, '-', 1-63 characters")
+    if ksa == f"{cluster_name}-ray-worker":  # workloads.stack.worker_service_account: the workers' own account
+        raise ConfigError("kubernetesServiceAccount", ksa, f"any name but {ksa}, the GPU workers' own account")
 
     image = _image(values.get("nemoRlImage", DEFAULT_IMAGE))
     release = release_for(image)

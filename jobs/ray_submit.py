@@ -43,6 +43,10 @@ Secrets: the values of ``env_vars`` in the runtime environment are never printed
 that come back from Ray are scrubbed of those values before they are printed. (The job's own log output is
 printed as the job wrote it.)
 
+Token authentication (Ray >= 2.52): with ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` in the environment, every
+request carries the token, as Ray's own clients send it. A cluster that answers 401 (no token sent) or 403 (not its
+token) ends the run at once with exit code 2 and a message that says which; the token itself is never printed.
+
 An id that exists with a different command (a changed run under an old name) is refused with exit code 2: the
 old job is neither followed nor reported as this command's result.
 
@@ -89,7 +93,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 if TYPE_CHECKING:
@@ -122,6 +126,10 @@ LOG_DRAIN_S = 15.0
 # A secret shorter than this is not scrubbed from messages (it would mangle ordinary words and numbers).
 MIN_SCRUB_LEN = 4
 
+# Ray's token authentication (Ray >= 2.52): the client sends the token only when both are set.
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
+
 SUBMISSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 
 T = TypeVar("T")
@@ -143,6 +151,14 @@ class ConflictError(EndedError):
 
     exit_code = EXIT_USAGE
     final = ": not run (the id is taken by another command)"
+
+
+class AuthError(EndedError):
+    """The Ray cluster refused this client's credentials (HTTP 401 or 403); exit code 2: a new pod with the same
+    environment would be refused the same way."""
+
+    exit_code = EXIT_USAGE
+    final = ": not run (Ray refused the client's token)"
 
 
 class UnreachableError(EndedError):
@@ -288,10 +304,10 @@ def parse_runtime_env(text: str | None) -> dict[str, Any] | None:
 
 
 def secret_values(runtime_env: dict[str, Any] | None) -> list[str]:
-    if not runtime_env:
-        return []
-    env_vars = runtime_env.get("env_vars") or {}
-    return [v for v in env_vars.values() if isinstance(v, str)]
+    """What must never be printed: the runtime env's values and the Ray token."""
+    found = [os.environ.get(AUTH_TOKEN_ENV, "")]
+    env_vars = (runtime_env or {}).get("env_vars") or {}
+    return [v for v in [*found, *env_vars.values()] if isinstance(v, str) and v]
 
 
 def describe_runtime_env(runtime_env: dict[str, Any]) -> str:
@@ -382,9 +398,33 @@ def short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[-1] if text else ''}"[:300]
 
 
+def auth_headers(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The header Ray's own clients add under token authentication: only with RAY_AUTH_MODE=token and a token."""
+    token = env.get(AUTH_TOKEN_ENV, "")
+    if env.get(AUTH_MODE_ENV, "").lower() == "token" and token:
+        return {"Authorization": f"Bearer {token}"}
+    return {}
+
+
+def auth_refusal(status: int, env: Mapping[str, str] = os.environ) -> str:
+    """Why the cluster refused us, in words, from the HTTP status and what this client holds (never the token)."""
+    if status == 401 or not auth_headers(env):
+        held = [name for name in (AUTH_MODE_ENV, AUTH_TOKEN_ENV) if env.get(name)]
+        return (
+            f"the Ray cluster requires a token (HTTP {status}) and this client sent none: set both "
+            f"{AUTH_MODE_ENV}=token and {AUTH_TOKEN_ENV} (the Secret named by the infra output rayAuthSecret)"
+            + (f"; only {', '.join(held)} is set" if held else "")
+        )
+    return (
+        f"the Ray cluster refused the token (HTTP {status}): {AUTH_TOKEN_ENV} is not this cluster's token "
+        "(was the infra stack's token replaced? the Ray pods and the submitter must read the same Secret)"
+    )
+
+
 def probe_version(address: str) -> None:
     """One GET /api/version; raises OSError (or RuntimeError for a non-Ray answer) unless the Jobs API answers."""
-    with urllib.request.urlopen(f"{address}/api/version", timeout=PROBE_TIMEOUT_S) as resp:
+    request = urllib.request.Request(f"{address}/api/version", headers=auth_headers())
+    with urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S) as resp:
         body = json.loads(resp.read().decode("utf-8", "replace") or "{}")
     if "ray_version" not in body:
         raise RuntimeError(f"status code 503: {address}/api/version answered without a ray_version")
@@ -406,7 +446,10 @@ def connect(address: str, outage: Outage) -> JobSubmissionClient:
     def attempt() -> JobSubmissionClient:
         try:
             probe_version(address)
-        except urllib.error.HTTPError as exc:  # an HTTP answer, but not the Jobs API (yet): keep waiting
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):  # a definite answer: waiting would not change it
+                raise AuthError(auth_refusal(exc.code)) from None
+            # an HTTP answer, but not the Jobs API (yet): keep waiting
             raise RuntimeError(f"status code 503: {address}/api/version answered HTTP {exc.code}") from None
         except ValueError as exc:  # not JSON
             raise RuntimeError(f"status code 503: {address}/api/version answered non-JSON ({exc})") from None

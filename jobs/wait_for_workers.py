@@ -10,7 +10,12 @@ here costs nothing: a timeout exits 4, the Kubernetes Job starts a new pod, and 
 
 It asks the head's State API (`ray.util.state.list_nodes`, over the same HTTP port as the Jobs API) for alive
 nodes and counts those with at least G GPUs. Exit codes: 0 ready, 4 not ready in time or Ray unreachable,
-2 usage. Standard library and Ray's own client only.
+2 usage or a refused token. Standard library and Ray's own client only.
+
+Token authentication (Ray >= 2.52): Ray's client sends the token when RAY_AUTH_MODE=token and RAY_AUTH_TOKEN are set
+(the submitter pod gets both from the infra stack's Secret). A head that refuses the client (no token, or not its
+token) ends the wait at once with exit code 2 and a message that says which, never the token: waiting would not
+change the answer.
 
 With --request-address (the GPU group scales from zero under KubeRay's autoscaler), waiting alone would wait
 forever: nothing asks for the nodes. So when fewer than N workers are up, it first asks the autoscaler for N
@@ -23,6 +28,8 @@ pipeline's shell passes it on when the pod is deleted or evicted) withdraws the 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import signal
 import sys
 import time
@@ -32,6 +39,31 @@ EXIT_READY = 0
 EXIT_USAGE = 2
 EXIT_NOT_READY = 4
 EXIT_SIGTERM = 128 + signal.SIGTERM
+
+
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
+
+
+class AuthRefusedError(Exception):
+    """The Ray head refused this client's credentials; the message says why, without the token."""
+
+
+def auth_refusal(exc: BaseException, env: Mapping[str, str] = os.environ) -> str | None:
+    """Why the head refused us, if `exc` is Ray's answer to missing or wrong credentials; None for anything else.
+    Ray 2.52+ raises ray.exceptions.AuthenticationError; the words are ours, so no token can be quoted."""
+    text = str(exc)
+    if not any(c.__name__ == "AuthenticationError" for c in type(exc).__mro__) and not re.search(
+        r"\b(401|403)\b|Unauthorized|Forbidden", text
+    ):
+        return None
+    has_token = env.get(AUTH_MODE_ENV, "").lower() == "token" and bool(env.get(AUTH_TOKEN_ENV))
+    if not has_token:
+        return (
+            f"the Ray head requires a token and this client has none: set both {AUTH_MODE_ENV}=token and "
+            f"{AUTH_TOKEN_ENV} (the Secret named by the infra output rayAuthSecret)"
+        )
+    return f"the Ray head refused the token: {AUTH_TOKEN_ENV} is not this cluster's token"
 
 
 def gpu_workers(nodes: Iterable[Mapping[str, object]], gpus_per_node: int) -> int:
@@ -48,7 +80,15 @@ def gpu_workers(nodes: Iterable[Mapping[str, object]], gpus_per_node: int) -> in
 def alive_nodes(address: str) -> list[dict[str, object]]:
     from ray.util.state import list_nodes
 
-    nodes = list_nodes(address=address, filters=[("state", "=", "ALIVE")], timeout=30, raise_on_missing_output=False)
+    try:
+        nodes = list_nodes(
+            address=address, filters=[("state", "=", "ALIVE")], timeout=30, raise_on_missing_output=False
+        )
+    except Exception as exc:
+        refusal = auth_refusal(exc)
+        if refusal:
+            raise AuthRefusedError(refusal) from None
+        raise
     return [{"state": node.state, "resources_total": dict(node.resources_total or {})} for node in nodes]
 
 
@@ -102,6 +142,8 @@ def wait(
         while True:
             try:
                 ready = gpu_workers(list_nodes(), gpus_per_node)
+            except AuthRefusedError:
+                raise
             except Exception as exc:  # the head may be restarting: keep waiting, within the deadline
                 ready = -1
                 if last_seen != -1:
@@ -171,15 +213,20 @@ def main(argv: list[str] | None = None) -> int:
     leave_on_sigterm()
     say(f"waiting up to {args.timeout_s:g} s for {args.nodes} GPU workers at {args.address}")
     request = ray_client_request(args.request_address) if args.request_address else None
-    if wait(
-        lambda: alive_nodes(args.address),
-        args.nodes,
-        args.gpus_per_node,
-        args.timeout_s,
-        args.poll_s,
-        say,
-        request=request,
-    ):
+    try:
+        ready = wait(
+            lambda: alive_nodes(args.address),
+            args.nodes,
+            args.gpus_per_node,
+            args.timeout_s,
+            args.poll_s,
+            say,
+            request=request,
+        )
+    except AuthRefusedError as exc:
+        say(f"{exc}; not waiting")
+        return EXIT_USAGE
+    if ready:
         say("ready")
         return EXIT_READY
     say(

@@ -41,9 +41,12 @@ def worker_port_range(worker_id: str | None) -> tuple[int, int]:
     return low + index * size, low + (index + 1) * size - 1
 
 
-def _api_answers(address: str) -> bool:
+def _api_answers(address: str, auth_token: str | None = None) -> bool:
+    headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
     try:
-        with urllib.request.urlopen(f"{address}/api/version", timeout=5) as response:
+        with urllib.request.urlopen(
+            urllib.request.Request(f"{address}/api/version", headers=headers), timeout=5
+        ) as response:
             return bool(response.status == 200)
     except OSError:
         return False
@@ -191,9 +194,10 @@ def ray_address() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def ray_head(ray_bin: Path) -> Iterator[str]:
+def ray_head(ray_bin: Path, auth_token: str | None = None) -> Iterator[str]:
     """A head started with `ray_bin` (its virtualenv's Ray version) on loopback; yields the Jobs API address and
-    stops every process of it on exit."""
+    stops every process of it on exit. With `auth_token` (Ray >= 2.52) the head requires that token of every client
+    (RAY_AUTH_MODE=token), as the stack's Ray cluster does."""
     temp_dir = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
     (
         gcs,
@@ -235,12 +239,16 @@ def ray_head(ray_bin: Path) -> Iterator[str]:
     # Ray swaps 127.0.0.1 for the host's outward IP (and then listens on all interfaces) unless told that this is
     # a single-machine cluster; with this switch off every Ray server listens on 127.0.0.1 only.
     env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(name, None)
+    if auth_token:
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=auth_token)
     gcs_address = f"127.0.0.1:{gcs}"
     address = f"http://127.0.0.1:{dashboard}"
     try:
         started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
         assert started.returncode == 0, f"ray start failed:\n{started.stdout}\n{started.stderr}"
-        wait_for(lambda: _api_answers(address), 90, "the Ray Jobs API")
+        wait_for(lambda: _api_answers(address, auth_token), 90, "the Ray Jobs API")
         _CLIENT_ADDRESS[address] = f"ray://127.0.0.1:{client_server}"
         _GCS_ADDRESS[address] = gcs_address
         assert not _wide_listeners(_ray_processes(temp_dir, gcs_address)), "Ray must listen on 127.0.0.1 only"

@@ -33,7 +33,7 @@ def chart() -> Any:
 def test_prepull_holds_exactly_the_image_the_ray_pods_run(stack_run, chart: Any):
     """Read from what the real chart renders: every Ray container but the log sidecar runs the DaemonSet's image."""
     _, run = stack_run
-    holder = run.one(DAEMONSET).inputs
+    holder = run.one(DAEMONSET, "image-prepull").inputs
     [container] = holder["spec"]["template"]["spec"]["containers"]
     assert container["image"] == run.outputs["nemoRlImage"]
     cluster = render_raycluster(chart, copy.deepcopy(run.one(RELEASE).inputs["values"]))
@@ -45,7 +45,7 @@ def test_prepull_holds_exactly_the_image_the_ray_pods_run(stack_run, chart: Any)
 
 def test_prepull_is_created_right_after_the_cluster_and_waits_for_nothing_else(stack_run):
     _, run = stack_run
-    holder = run.one(DAEMONSET)
+    holder = run.one(DAEMONSET, "image-prepull")
     model = timeline.build([run.resources])
     label = timeline.label_of(holder)
     waits = model.ancestors(label)
@@ -60,7 +60,7 @@ def test_prepull_is_created_right_after_the_cluster_and_waits_for_nothing_else(s
 
 def test_prepull_runs_on_gpu_and_cpu_nodes_doing_nothing_with_minimal_rights(stack_run):
     _, run = stack_run
-    spec = run.one(DAEMONSET).inputs["spec"]["template"]["spec"]
+    spec = run.one(DAEMONSET, "image-prepull").inputs["spec"]["template"]["spec"]
     # GPU nodes carry the nvidia.com/gpu taint; nothing restricts the holder to a pool.
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
     assert "nodeSelector" not in spec and "affinity" not in spec
@@ -77,7 +77,10 @@ def test_prepull_runs_on_gpu_and_cpu_nodes_doing_nothing_with_minimal_rights(sta
     assert "volumes" not in spec and "env" not in container
     # No traffic in or out for the holder pods.
     policy = run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "image-prepull-no-traffic").inputs
-    assert policy["spec"]["podSelector"]["matchLabels"] == run.one(DAEMONSET).inputs["spec"]["selector"]["matchLabels"]
+    assert (
+        policy["spec"]["podSelector"]["matchLabels"]
+        == run.one(DAEMONSET, "image-prepull").inputs["spec"]["selector"]["matchLabels"]
+    )
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert "ingress" not in policy["spec"] and "egress" not in policy["spec"]
 
@@ -99,7 +102,7 @@ def test_prepull_objects_validate_strictly(run_infra: RunInfra):
 )
 def test_prepull_follows_a_changed_or_digest_pinned_image(run_infra: RunInfra, chart: Any, image: str):
     run = run_infra("dev", {"nemoRlImage": image})
-    [container] = run.one(DAEMONSET).inputs["spec"]["template"]["spec"]["containers"]
+    [container] = run.one(DAEMONSET, "image-prepull").inputs["spec"]["template"]["spec"]["containers"]
     assert container["image"] == image  # the full reference, digest included
     cluster = render_raycluster(chart, copy.deepcopy(run.one(RELEASE).inputs["values"]))
     head = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]

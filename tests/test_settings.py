@@ -55,7 +55,7 @@ def test_defaults_follow_the_issue_contract():
     )
     assert settings.protect_data is True
     assert settings.deletion_protection is False
-    assert settings.namespace == "default"
+    assert settings.namespace == "nemo-rl"
     assert settings.kubernetes_service_account == "generic-ksa"
     assert settings.nemo_rl_image == "nvcr.io/nvidia/nemo-rl:v0.5.0"
     assert settings.ray_version == "2.49.2"

@@ -76,10 +76,10 @@ def test_a_dependency_on_a_component_waits_for_everything_inside_it():
 def test_children_wait_for_what_their_parent_component_depends_on():
     pool = Res(POOL, "gpu")
     installer = Res("my:index:Installer", "installer", custom=False, dependencies=[pool.urn])
-    manifest = Res("kubernetes:yaml/v2:ConfigFile", "manifest", parent=installer.urn)
+    manifest = Res("kubernetes:apps/v1:DaemonSet", "manifest", parent=installer.urn)
     t = timeline.build([[pool, installer, manifest]])
-    assert t.steps["ConfigFile/manifest"].start == pytest.approx(minutes(POOL))
-    assert "NodePool/gpu" in t.ancestors("ConfigFile/manifest")
+    assert t.steps["DaemonSet/manifest"].start == pytest.approx(minutes(POOL))
+    assert "NodePool/gpu" in t.ancestors("DaemonSet/manifest")
 
 
 def test_a_child_of_a_custom_resource_starts_when_its_parent_is_created():

@@ -77,15 +77,24 @@ def test_worker_interfaces_annotation_uses_the_same_names(stack_run):
     assert sorted(i["network"] for i in interfaces[1:]) == networks
 
 
-def test_nccl_installer_is_pinned_and_follows_the_gpu_pool(stack_run):
+def test_nccl_installer_is_our_daemonset_and_follows_the_gpu_pool(stack_run):
+    """No manifest is fetched at deploy time: the installer is a DaemonSet the program writes (its facts are held
+    to upstream's in test_nccl_installer.py), so the plan shows it and checkov scans it."""
     _, run = stack_run
-    installer = run.one("kubernetes:yaml/v2:ConfigFile")
-    url = installer.inputs["files"][0] if "files" in installer.inputs else installer.inputs["file"]
-    assert re.fullmatch(
-        r"https://raw\.githubusercontent\.com/GoogleCloudPlatform/container-engine-accelerators/[0-9a-f]{40}/"
-        r"gpudirect-rdma/nccl-rdma-installer\.yaml",
-        url,
-    ), url
+    assert not run.of_type("kubernetes:yaml/v2:ConfigFile")
+    installer = run.one("kubernetes:apps/v1:DaemonSet", "nccl-rdma-installer")
+    assert installer.inputs["metadata"] == {
+        "name": "nccl-rdma-installer",
+        "namespace": "kube-system",
+        "labels": {"k8s-app": "nccl-rdma-installer"},
+        "annotations": {"pulumi.com/skipAwait": "true"},
+    }
+    images = [
+        c["image"]
+        for key in ("initContainers", "containers")
+        for c in installer.inputs["spec"]["template"]["spec"][key]
+    ]
+    assert all(re.search(r":v?\d[\w.]*(@sha256:[0-9a-f]{64})?$", image) for image in images), images
     gpu_pool = run.one("gcp:container/nodePool:NodePool", "gpu")
     assert run.depends_on(installer, gpu_pool) or run.depends_on(run.by_urn(installer.parent), gpu_pool)
 
@@ -110,12 +119,12 @@ def test_lustre_volume(stack_run):
     assert run.one("kubernetes:core/v1:PersistentVolumeClaim").ignore_changes == ["spec.resources"]
     assert pvc["spec"]["resources"]["requests"] == {"storage": capacity}
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
-    assert pv["spec"]["claimRef"] == {"name": pvc["metadata"]["name"], "namespace": "default"}
+    assert pv["spec"]["claimRef"] == {"name": pvc["metadata"]["name"], "namespace": "nemo-rl"}
 
 
 def test_tokens_secret_and_secret_key_refs(run_infra: RunInfra):
     run = run_infra("h200", secrets={"hfToken": HF_TOKEN, "wandbApiKey": WANDB_KEY})
-    secret = run.one("kubernetes:core/v1:Secret")
+    secret = run.one("kubernetes:core/v1:Secret", "tokens")
     assert sorted(secret.inputs["stringData"]) == ["HF_TOKEN", "WANDB_API_KEY"]
     assert run.outputs["secretKeys"] == ["HF_TOKEN", "WANDB_API_KEY"]
     refs = secret_key_refs(run.one(RELEASE).inputs["values"])
@@ -135,7 +144,7 @@ def secret_key_refs(value) -> list[dict]:
 
 def test_no_wandb_key_means_no_wandb_env(run_infra: RunInfra):
     run = run_infra("dev")
-    assert sorted(run.one("kubernetes:core/v1:Secret").inputs["stringData"]) == ["HF_TOKEN"]
+    assert sorted(run.one("kubernetes:core/v1:Secret", "tokens").inputs["stringData"]) == ["HF_TOKEN"]
     assert "WANDB_API_KEY" not in json.dumps(run.one(RELEASE).inputs["values"])
 
 
@@ -159,18 +168,27 @@ def test_workload_identity(stack_run):
     gsa = run.one("gcp:serviceaccount/account:Account", "ray-identity-gsa")
     email = f"{prefix}-ray@{project}.iam.gserviceaccount.com"
     assert gsa.inputs["accountId"] == f"{prefix}-ray"
-    ksa = run.one("kubernetes:core/v1:ServiceAccount").inputs["metadata"]
-    assert ksa["name"] == "generic-ksa"
-    assert ksa["annotations"] == {"iam.gke.io/gcp-service-account": email}
-    binding = run.one("gcp:serviceaccount/iAMMember:IAMMember").inputs
-    assert binding["role"] == "roles/iam.workloadIdentityUser"
-    assert binding["member"] == f"serviceAccount:{project}.svc.id.goog[default/generic-ksa]"
+    accounts = {r.inputs["metadata"]["name"]: r.inputs for r in run.of_type("kubernetes:core/v1:ServiceAccount")}
+    head, worker = "generic-ksa", f"{prefix}-ray-worker"
+    assert sorted(accounts) == sorted([head, worker])
+    for account in accounts.values():
+        assert account["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": email}
+        # No pod of these accounts gets a Kubernetes token unless it mounts one itself (only the autoscaler does).
+        assert account["automountServiceAccountToken"] is False
+    members = sorted(
+        b.inputs["member"]
+        for b in run.of_type("gcp:serviceaccount/iAMMember:IAMMember")
+        if b.inputs["role"] == "roles/iam.workloadIdentityUser"
+    )
+    assert members == sorted(f"serviceAccount:{project}.svc.id.goog[nemo-rl/{ksa}]" for ksa in (head, worker))
     roles = {
         r.inputs["role"] for r in run.of_type("gcp:projects/iAMMember:IAMMember") if r.name.startswith("ray-identity")
     }
     assert roles == {"roles/logging.logWriter"}  # object access: on the export bucket only
     values = run.one(RELEASE).inputs["values"]
-    assert values["head"]["serviceAccountName"] == "generic-ksa"
+    assert values["head"]["serviceAccountName"] == head
+    assert values["additionalWorkerGroups"]["gpu-workers"]["serviceAccountName"] == worker
+    assert run.outputs["workerServiceAccount"] == worker
 
 
 def test_ray_release(stack_run):
@@ -195,10 +213,11 @@ def test_release_waits_for_everything_the_pods_need(stack_run):
     needed = [
         run.one("gcp:container/nodePool:NodePool", "gpu"),
         run.one("kubernetes:core/v1:PersistentVolumeClaim"),
-        run.one("kubernetes:core/v1:Secret"),
-        run.one("kubernetes:core/v1:ServiceAccount"),
+        *run.of_type("kubernetes:core/v1:Secret"),
+        *run.of_type("kubernetes:core/v1:ServiceAccount"),
+        *run.of_type("gcp:serviceaccount/iAMMember:IAMMember"),
         run.one("kubernetes:core/v1:ConfigMap"),
-        run.one("kubernetes:yaml/v2:ConfigFile"),
+        run.one("kubernetes:apps/v1:DaemonSet", "nccl-rdma-installer"),
         *run.of_type(NETWORK),
         *run.of_type(PARAM_SET),
     ]
@@ -210,31 +229,43 @@ def test_release_waits_for_everything_the_pods_need(stack_run):
         )
 
 
-def test_head_network_policy(stack_run):
+def test_network_policies_fence_every_ray_pod(stack_run):
+    """Which pods each policy selects is held against the real chart's pods in test_ray_pods.py; here: what is
+    registered, in the Ray namespace."""
     stack, run = stack_run
     cluster = f"{stack_config(stack)['nemo-rl-gke:clusterName']}-ray"
-    spec = run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "ray-head-policy").inputs["spec"]
-    assert spec["podSelector"]["matchLabels"] == {"ray.io/cluster": cluster, "ray.io/node-type": "head"}
-    assert spec["policyTypes"] == ["Ingress"]
-    sources = [peer for rule in spec["ingress"] for peer in rule["from"]]
-    assert {"podSelector": {"matchLabels": {"ray.io/cluster": cluster}}} in sources
+    policies = {
+        r.inputs["metadata"]["name"]: r.inputs
+        for r in run.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+        if r.inputs["metadata"]["name"].startswith(cluster)
+    }
+    assert sorted(policies) == [f"{cluster}-head", f"{cluster}-pods"]
+    assert {p["metadata"]["namespace"] for p in policies.values()} == {"nemo-rl"}
+    pods, head = policies[f"{cluster}-pods"]["spec"], policies[f"{cluster}-head"]["spec"]
+    assert pods["podSelector"] == {"matchLabels": {"ray.io/cluster": cluster}}
+    assert pods["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"ray.io/cluster": cluster}}}]}]
+    assert head["podSelector"]["matchLabels"] == {"ray.io/cluster": cluster, "ray.io/node-type": "head"}
+    assert pods["policyTypes"] == head["policyTypes"] == ["Ingress"]
     label_key, label_value = next(iter(run.outputs["submitterPodLabel"].items()))
     submitter_rule = next(
-        r for r in spec["ingress"] if r["from"] == [{"podSelector": {"matchLabels": {label_key: label_value}}}]
+        r for r in head["ingress"] if r["from"] == [{"podSelector": {"matchLabels": {label_key: label_value}}}]
     )
     assert {p["port"] for p in submitter_rule["ports"]} == {8265, 10001}
-    # No rule admits everyone.
-    assert all(rule.get("from") for rule in spec["ingress"])
+    prometheus_rule = next(r for r in head["ingress"] if "namespaceSelector" in r["from"][0])
+    assert prometheus_rule["ports"] == [{"protocol": "TCP", "port": 8080}]
+    # No rule admits everyone, and every rule but the cluster's own names its ports.
+    assert all(rule.get("from") for spec in (pods, head) for rule in spec["ingress"])
+    assert all(rule.get("ports") for rule in head["ingress"])
 
 
 def test_job_stack_outputs(stack_run):
     stack, run = stack_run
     prefix = stack_config(stack)["nemo-rl-gke:clusterName"]
     out = run.outputs
-    assert out["namespace"] == "default"
-    assert out["rayHeadService"] == f"{prefix}-ray-head-svc.default.svc.cluster.local"
+    assert out["namespace"] == "nemo-rl"
+    assert out["rayHeadService"] == f"{prefix}-ray-head-svc.nemo-rl.svc.cluster.local"
     assert out["rayDashboardPort"] == 8265
-    assert out["rayAddress"] == f"http://{prefix}-ray-head-svc.default.svc.cluster.local:8265"
+    assert out["rayAddress"] == f"http://{prefix}-ray-head-svc.nemo-rl.svc.cluster.local:8265"
     assert out["lustrePvcName"] == f"{prefix}-lustre"
     assert out["lustreMountPath"] == "/data"
     assert out["secretName"] == f"{prefix}-tokens"
@@ -242,9 +273,10 @@ def test_job_stack_outputs(stack_run):
     assert out["gpusPerNode"] == 8
     assert out["nemoRlImage"] == "nvcr.io/nvidia/nemo-rl:v0.5.0"
     assert out["rayVersion"] == "2.49.2"
+    assert out["rayAuthSecret"] is None and out["rayAuthTokenCommand"] is None  # Ray 2.49.2: no token auth
     assert (
         out["dashboardPortForward"]
-        == f"kubectl --namespace default port-forward service/{prefix}-ray-head-svc 8265:8265"
+        == f"kubectl --namespace nemo-rl port-forward service/{prefix}-ray-head-svc 8265:8265"
     )
 
 
@@ -252,7 +284,8 @@ def test_custom_namespace_is_created_and_used(run_infra: RunInfra):
     run = run_infra("dev", {"namespace": "rl"})
     assert run.one("kubernetes:core/v1:Namespace").inputs["metadata"]["name"] == "rl"
     for kind in ("PersistentVolumeClaim", "Secret", "ServiceAccount", "ConfigMap"):
-        assert run.one(f"kubernetes:core/v1:{kind}").inputs["metadata"]["namespace"] == "rl"
+        for obj in run.of_type(f"kubernetes:core/v1:{kind}"):
+            assert obj.inputs["metadata"]["namespace"] == "rl"
     assert run.one(RELEASE).inputs["namespace"] == "rl"
     assert run.outputs["rayHeadService"].endswith(".rl.svc.cluster.local")
 
@@ -291,7 +324,7 @@ def test_validation_catches_a_bad_field():
 
 def test_rendered_secret_keeps_keys_and_hides_values(run_infra: RunInfra):
     run = run_infra("dev")
-    rendered = manifest(run.one("kubernetes:core/v1:Secret"))
+    rendered = manifest(run.one("kubernetes:core/v1:Secret", "tokens"))
     assert rendered is not None
     assert rendered["stringData"] == {"HF_TOKEN": "[secret]"}
 
@@ -319,3 +352,72 @@ def test_ray_pods_get_object_access_on_the_export_bucket_only(run_infra: RunInfr
     assert given.one("gcp:storage/bucketIAMMember:BucketIAMMember").inputs["bucket"] == "team-models"
     assert given.outputs["exportBucket"] == "team-models"
     assert not none.of_type("gcp:storage/bucketIAMMember:BucketIAMMember") and none.outputs["exportBucket"] == ""
+
+
+V070 = {"nemoRlImage": "nvcr.io/nvidia/nemo-rl:v0.7.0"}
+
+
+def test_ray_token_auth_where_the_images_ray_has_it(run_infra: RunInfra):
+    """v0.7.0 (Ray 2.55.1): a random token in its own Secret, referenced by every Ray container, the autoscaler and
+    (through the job stack) the submitter; the value itself is a secret everywhere it goes."""
+    from tools.offline import mock_password
+    from workloads.ray_auth import TOKEN_LENGTH
+
+    run = run_infra("h200", V070, secrets={"hfToken": HF_TOKEN, "wandbApiKey": WANDB_KEY})
+    password = run.one("random:index/randomPassword:RandomPassword")
+    assert password.inputs["length"] == TOKEN_LENGTH and password.inputs["special"] is False
+    secret = run.one("kubernetes:core/v1:Secret", "ray-auth")
+    name = secret.inputs["metadata"]["name"]
+    assert (name, secret.inputs["metadata"]["namespace"]) == ("nemo-rl-h200-ray-auth", "nemo-rl")
+    assert sorted(secret.inputs["stringData"]) == ["RAY_AUTH_TOKEN"]
+    assert run.outputs["rayAuthSecret"] == name
+    assert name in run.outputs["rayAuthTokenCommand"] and "RAY_AUTH_TOKEN" in run.outputs["rayAuthTokenCommand"]
+    token = mock_password(TOKEN_LENGTH)
+    assert secret.inputs["stringData"]["RAY_AUTH_TOKEN"] == token  # the made token reaches the Secret...
+    for resource in run.resources:  # ...and only as a secret: never plaintext in state, outputs or manifests
+        assert plaintext_paths(resource.raw_inputs, token) == [], f"{resource.type} {resource.name}"
+    assert not any(token in json.dumps(value) for value in run.outputs.values())
+    assert not any(token in json.dumps(obj) for obj in manifests(run))
+
+    values = run.one(RELEASE).inputs["values"]
+    mode = {"name": "RAY_AUTH_MODE", "value": "token"}
+    ref = {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": name, "key": "RAY_AUTH_TOKEN"}}}
+    # common.containerEnv reaches every group's Ray container (and KubeRay's wait-gcs-ready copies the worker's);
+    # the autoscaler is a container KubeRay adds, so it gets them through autoscalerOptions.
+    assert mode in values["common"]["containerEnv"] and ref in values["common"]["containerEnv"]
+    assert "autoscalerOptions" not in values["head"]  # h200: a reservation, no autoscaler
+    autoscaled = run_infra("h200", {**V070, "rayAutoscaling": True}).one(RELEASE).inputs["values"]["head"]
+    assert autoscaled["autoscalerOptions"]["env"] == [mode, ref]
+    # The Release waits for the Secret the pods read.
+    release = run.one(RELEASE)
+    assert run.depends_on(release, secret) or secret.parent in release.dependencies
+
+
+def test_no_token_auth_on_ray_2_49_2(stack_run):
+    """v0.5.0's Ray has none: no token is made, and nothing refers to one (the NetworkPolicies are the fence)."""
+    _, run = stack_run
+    assert not run.of_type("random:index/randomPassword:RandomPassword")
+    assert [r.name for r in run.of_type("kubernetes:core/v1:Secret")] == ["tokens"]
+    assert "RAY_AUTH" not in json.dumps(run.one(RELEASE).inputs["values"])
+
+
+def test_the_ray_namespace_carries_pod_security_labels(stack_run):
+    from workloads.pod_security import namespace_labels
+
+    _, run = stack_run
+    namespace = run.one("kubernetes:core/v1:Namespace").inputs["metadata"]
+    assert namespace["name"] == "nemo-rl"
+    assert namespace["labels"] == namespace_labels("1.35")
+    assert namespace["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert namespace["labels"]["pod-security.kubernetes.io/warn"] == "baseline"
+
+
+def test_a_built_in_namespace_is_used_not_created(run_infra: RunInfra):
+    run = run_infra("dev", {"namespace": "default"})
+    assert not run.of_type("kubernetes:core/v1:Namespace")
+    assert run.one(RELEASE).inputs["namespace"] == "default"
+
+
+def test_the_head_account_cannot_take_the_workers_name(run_infra: RunInfra):
+    with pytest.raises(ConfigError, match=r"kubernetesServiceAccount.*workers"):
+        run_infra("dev", {"kubernetesServiceAccount": "nemo-rl-dev-ray-worker"})

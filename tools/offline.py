@@ -95,6 +95,14 @@ class ProgramRun:
         return False
 
 
+MOCK_PASSWORD_SEED = "MockRandomPasswordNotAToken"
+
+
+def mock_password(length: int) -> str:
+    """The mocked RandomPassword result of that length."""
+    return (MOCK_PASSWORD_SEED * (length // len(MOCK_PASSWORD_SEED) + 1))[:length]
+
+
 def _ca() -> str:
     return "TU9DSy1DQS1DRVJUSUZJQ0FURQ=="  # base64 of a placeholder, never a real certificate
 
@@ -157,6 +165,11 @@ class CloudMocks(pulumi_mocks.Mocks):
             return f"projects/{project}/locations/{inputs.get('location')}/clusters/{name}", state
         if typ == "gcp:container/nodePool:NodePool":
             return f"{inputs.get('cluster')}/nodePools/{name}", state
+        if typ == "random:index/randomPassword:RandomPassword":
+            # What the provider makes at random, faked: a fixed string of the asked length, so tests can look for it
+            # in anything written and plans stay deterministic. The SDK marks `result` secret, as the provider does.
+            state.update(result=mock_password(int(inputs.get("length", 16))), bcryptHash="mock-bcrypt-hash")
+            return f"{args.name}-id", state
         if typ == "gcp:lustre/instance:Instance":
             state["mountPoint"] = f"10.32.0.2@tcp:/{inputs.get('filesystem')}"
             return f"projects/{project}/locations/{inputs.get('location')}/instances/{inputs.get('instanceId')}", state

@@ -4,6 +4,8 @@ Runs the infra program under Pulumi's mocks, then the job program fed with the i
 placeholder secrets, and writes build/<stack>/:
   manifests/NN-<kind>-<name>.yaml   every Kubernetes object of both programs (secrets shown as "[secret]")
   helm/<release>.yaml               each Helm release: chart, repository, version, name, namespace, values
+  ray-pods/<pod>.yaml               the Ray pods KubeRay creates from the RayCluster the real chart renders with those
+                                    values (tools/ray_pods.py), for checkov; only where the chart is at hand
   pipeline.yaml                     the Ray jobs the launcher submits, in order
   resources.txt, resources.json     the resource tree: type, name, key properties, what each depends on
   outputs.json                      both stacks' outputs, secret outputs as "[secret]"
@@ -34,7 +36,7 @@ if str(ROOT) not in sys.path:  # `python tools/plan.py` puts tools/ first, not t
     sys.path.insert(0, str(ROOT))
 
 from infra.cost import USER_RATE, dollars, summary_lines  # noqa: E402
-from tools import first_step, timeline  # noqa: E402
+from tools import first_step, ray_pods, timeline  # noqa: E402
 from tools.offline import (  # noqa: E402
     REDACTED,
     MissingConfigError,
@@ -139,7 +141,6 @@ KEY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
         "gkeSupportEnabled",
     ),
     "kubernetes:helm.sh/v3:Release": ("name", "namespace", "chart", "version", "repositoryOpts.repo", "skipAwait"),
-    "kubernetes:yaml/v2:ConfigFile": ("file", "files"),
     "pulumi:pulumi:StackReference": ("name",),
 }
 K8S_KEY_PROPERTIES = ("metadata.name", "metadata.namespace")
@@ -476,6 +477,22 @@ def cost_text(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
+RAY_PODS_DIR = "ray-pods"
+
+
+def rendered_ray_pods(plan: Plan) -> list[dict[str, Any]]:
+    """The Ray pods of every ray-cluster release, rendered by the real chart (empty when it is not at hand)."""
+    if ray_pods.chart_problem():
+        return []
+    pods = []
+    for release in helm_releases(plan).values():
+        if release["chart"] != ray_pods.CHART_DIR.name:
+            continue
+        cluster = ray_pods.render_raycluster(_number(release["values"]), release["releaseName"], release["namespace"])
+        pods += ray_pods.ray_pods(cluster)
+    return pods
+
+
 def render_files(plan: Plan) -> dict[str, str]:
     """Relative path -> content: everything `make plan` writes under build/<stack>/."""
     files: dict[str, str] = {}
@@ -483,6 +500,8 @@ def render_files(plan: Plan) -> dict[str, str]:
         files[f"manifests/{name}"] = to_yaml(obj)
     for name, release in helm_releases(plan).items():
         files[f"helm/{name}.yaml"] = to_yaml(release)
+    for pod in rendered_ray_pods(plan):
+        files[f"{RAY_PODS_DIR}/{pod['metadata']['name']}.yaml"] = to_yaml(_ordered_manifest(pod))
     files["pipeline.yaml"] = to_yaml(pipeline_doc(plan))
     entries = resource_tree(plan)
     files["resources.json"] = to_json(entries)
@@ -573,6 +592,9 @@ def summary(plan: Plan, out_dir: Path, files: Mapping[str, str]) -> str:
             lines.append(f"    {key}: {text if len(text) <= 110 else text[:107] + '...'}")
     manifests = sum(1 for f in files if f.startswith("manifests/"))
     lines.append(f"  Wrote {len(files)} files ({manifests} manifests) to {_display(out_dir)}/")
+    problem = ray_pods.chart_problem()
+    if problem:
+        lines.append(f"  {RAY_PODS_DIR}/ not written: {problem}")
     t = plan.timeline
     lines.append(
         f"  Timeline (modeled): {t.total:.1f} min in parallel vs {t.sequential:.1f} min one after another; "

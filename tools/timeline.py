@@ -90,10 +90,10 @@ DURATIONS: Mapping[str, Duration] = {
     "kubernetes:helm.sh/v3:Release": Duration(
         1.0, "estimate: ~1 min, chart fetch and install; skipAwait, so no wait for the pods"
     ),
-    "kubernetes:yaml/v2:ConfigFile": Duration(0.1, "estimate: seconds, fetch one manifest and apply a DaemonSet"),
     "kubernetes:apps/v1:DaemonSet": Duration(
         0.05, "estimate: seconds; skipAwait, so no wait for its pods or their image pulls (Kubernetes object)"
     ),
+    "random:index/randomPassword:RandomPassword": Duration(0.01, "no cloud call: computed by the provider"),
     "kubernetes:core/v1:Namespace": Duration(0.05, "estimate: seconds (Kubernetes object)"),
     "kubernetes:core/v1:Secret": Duration(0.05, "estimate: seconds (Kubernetes object)"),
     "kubernetes:core/v1:ConfigMap": Duration(0.05, "estimate: seconds (Kubernetes object)"),

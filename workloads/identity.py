@@ -1,4 +1,10 @@
-"""Workload Identity for the Ray pods: a Kubernetes service account acting as a least-privilege GCP one."""
+"""Workload Identity for the Ray pods: Kubernetes service accounts acting as one least-privilege GCP account.
+
+Two Kubernetes accounts, both bound to the GCP one (every Ray pod ships its logs): the head's, whose token only
+KubeRay's autoscaler container mounts (KubeRay grants it patch on pods and the RayCluster), and the GPU workers',
+which has no Kubernetes token at all. Neither mounts its token by default (automountServiceAccountToken: false on the
+account: the chart has no pod-level key); GKE's metadata server identifies the pod for Workload Identity without it.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +27,8 @@ class RayIdentityArgs:
     project: str
     account_id: str
     namespace: pulumi.Input[str]
-    kubernetes_service_account: str
+    kubernetes_service_account: str  # the head's
+    worker_service_account: str  # the GPU workers'
     cluster: gcp.container.Cluster
     iam_api: Sequence[pulumi.Resource]  # the Service resources of the IAM ...
     resource_manager_api: Sequence[pulumi.Resource]  # ... and Resource Manager APIs
@@ -36,6 +43,7 @@ def workload_identity_member(project: str, namespace: str, ksa: str) -> str:
 class RayIdentity(pulumi.ComponentResource):
     gcp_service_account: gcp.serviceaccount.Account
     kubernetes_service_account: k8s.core.v1.ServiceAccount
+    worker_service_account: k8s.core.v1.ServiceAccount
 
     def __init__(self, name: str, args: RayIdentityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("nemo-rl-gke:workloads:RayIdentity", name, None, opts)
@@ -65,27 +73,43 @@ class RayIdentity(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.storage_api)),
             )
         # The identity pool <project>.svc.id.goog exists once a Workload Identity cluster does.
-        self.binding = gcp.serviceaccount.IAMMember(
-            f"{name}-workload-identity",
-            service_account_id=self.gcp_service_account.name,
-            role="roles/iam.workloadIdentityUser",
-            member=pulumi.Output.from_input(args.namespace).apply(
-                lambda namespace: workload_identity_member(args.project, namespace, args.kubernetes_service_account)
-            ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.cluster]),
+        self.binding = self._bind(f"{name}-workload-identity", args, args.kubernetes_service_account, args.cluster)
+        self.worker_binding = self._bind(
+            f"{name}-worker-workload-identity", args, args.worker_service_account, args.cluster
         )
-        self.kubernetes_service_account = k8s.core.v1.ServiceAccount(
-            f"{name}-ksa",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=args.kubernetes_service_account,
-                namespace=args.namespace,
-                annotations={"iam.gke.io/gcp-service-account": self.gcp_service_account.email},
-            ),
-            opts=child,
-        )
+        self.kubernetes_service_account = self._account(f"{name}-ksa", args, args.kubernetes_service_account, child)
+        self.worker_service_account = self._account(f"{name}-worker-ksa", args, args.worker_service_account, child)
         self.register_outputs(
             {
                 "gcpServiceAccount": self.gcp_service_account.email,
                 "kubernetesServiceAccount": self.kubernetes_service_account.metadata.name,
+                "workerServiceAccount": self.worker_service_account.metadata.name,
             }
+        )
+
+    def _bind(
+        self, name: str, args: RayIdentityArgs, ksa: str, cluster: gcp.container.Cluster
+    ) -> gcp.serviceaccount.IAMMember:
+        return gcp.serviceaccount.IAMMember(
+            name,
+            service_account_id=self.gcp_service_account.name,
+            role="roles/iam.workloadIdentityUser",
+            member=pulumi.Output.from_input(args.namespace).apply(
+                lambda namespace: workload_identity_member(args.project, namespace, ksa)
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster]),
+        )
+
+    def _account(
+        self, name: str, args: RayIdentityArgs, ksa: str, opts: pulumi.ResourceOptions
+    ) -> k8s.core.v1.ServiceAccount:
+        return k8s.core.v1.ServiceAccount(
+            name,
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=ksa,
+                namespace=args.namespace,
+                annotations={"iam.gke.io/gcp-service-account": self.gcp_service_account.email},
+            ),
+            automount_service_account_token=False,
+            opts=opts,
         )

@@ -13,6 +13,21 @@ container-engine-accelerators (gpudirect-rdma/nccl-test.yaml, nccl-test-a4.yaml)
 securityContext at all: GKE hands the RDMA NICs to the pod through the networking.gke.io annotations, and
 the GPUs through the device plugin. Only the installer DaemonSet, which writes to the host, is privileged.
 So the Ray containers get no privileged flag and no added capabilities.
+
+Hardening (workloads/pod_security.py says which Pod Security level this leaves): every pod runs under the
+runtime's default seccomp filter and no container may gain privileges (setuid binaries, file capabilities). The Ray
+containers keep the runtime's default capabilities and run as the image's user, root: the worker's start script
+registers the node's driver libraries with ldconfig (it writes /etc/ld.so.cache), NeMo RL builds its per-worker
+virtualenvs inside the image and every pod writes the run's files on the shared Lustre volume as root. Nothing here
+needs more: RDMA needs neither IPC_LOCK nor privileged mode (the locked-memory limit the runtime gives containers is
+enough for NCCL's registrations, as in Google's NCCL test pods, which set no securityContext), and `ulimit -n 65536`
+only raises the soft open-file limit up to the hard one, which needs no capability. The workers' one need beyond the
+Baseline level is two read-only hostPath volumes: the node's driver and the gIB plugin.
+
+Service accounts: the head runs as the Workload Identity account (logs to Cloud Logging); its Kubernetes token, which
+KubeRay's autoscaler RBAC lets patch pods and the RayCluster, is mounted only into the autoscaler container, never
+into the Ray container where jobs run (the service account sets automountServiceAccountToken: false). The workers run
+as their own account, with no Kubernetes token at all, bound to the same GCP account for their log shipping.
 """
 
 from __future__ import annotations
@@ -27,6 +42,7 @@ from typing import Any
 from infra.settings import AUTOSCALER, LOG_SIDECAR, InfraSettings, PodResources
 from infra.sizing import memory_bytes
 from workloads.nics import DEFAULT_INTERFACE, extra_nics, pod_network_annotations
+from workloads.ray_auth import auth_env
 
 # Where things are inside the Ray containers.
 LUSTRE_MOUNT_PATH = "/data"
@@ -103,8 +119,10 @@ class RayClusterRefs:
     pvc_name: str  # Lustre claim, mounted at /data
     secret_name: str  # Secret holding the tokens
     secret_keys: tuple[str, ...]  # env var names stored in the Secret: ("HF_TOKEN",) or ("HF_TOKEN", "WANDB_API_KEY")
-    service_account: str  # Kubernetes service account (Workload Identity) the Ray pods run as
+    service_account: str  # Kubernetes service account (Workload Identity) the Ray head runs as
     fluentbit_configmap: str  # ConfigMap with fluent-bit's config, created by the program
+    worker_service_account: str = ""  # the GPU workers' own account (no Kubernetes token); "" = service_account
+    auth_secret: str | None = None  # Secret with RAY_AUTH_TOKEN (Ray token authentication), None without it
 
     def __post_init__(self) -> None:
         if not self.secret_keys:
@@ -186,13 +204,49 @@ def _env(name: str, value: str) -> dict[str, Any]:
 
 def _shared_env(refs: RayClusterRefs) -> list[dict[str, Any]]:
     """Env for the Ray container of every group: the Hugging Face cache on Lustre and the tokens, each read
-    from the Secret by reference (the values never enter the chart values)."""
+    from the Secret by reference (the values never enter the chart values), and Ray's own token when the cluster
+    requires one (KubeRay's wait-gcs-ready init container copies this env, so its `ray health-check` has it too)."""
     env = [_env("HF_HOME", HF_HOME)]
     env += [_env(name, path) for name, path in COMPILE_CACHE_ENV.items()]
     env += [
         {"name": key, "valueFrom": {"secretKeyRef": {"name": refs.secret_name, "key": key}}} for key in refs.secret_keys
     ]
+    if refs.auth_secret:
+        env += auth_env(refs.auth_secret)
     return env
+
+
+# Every pod: the container runtime's default seccomp filter (the pod level covers containers KubeRay adds).
+POD_SECURITY_CONTEXT: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+# The Ray containers (and the wait-gcs-ready init container, which copies it): see the module docstring for why
+# capabilities and the user stay the image's.
+RAY_CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+# Containers that only read files and talk over the network (the log sidecar, the autoscaler): no capability at all.
+LOCKED_DOWN_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+# The autoscaler's Kubernetes credentials, mounted where its client reads them, in that container only.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+VOLUME_AUTOSCALER_TOKEN = "autoscaler-api-token"
+TOKEN_SECONDS = 3600  # the kubelet renews it well before; the autoscaler rereads it every minute
+
+
+def _autoscaler_token_volume() -> dict[str, Any]:
+    """The service account's token and the cluster CA, projected as in-cluster clients expect them."""
+    return {
+        "name": VOLUME_AUTOSCALER_TOKEN,
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_SECONDS}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            ]
+        },
+    }
 
 
 def _nccl_env(settings: InfraSettings) -> list[dict[str, Any]]:
@@ -222,6 +276,7 @@ def _log_sidecar(settings: InfraSettings) -> dict[str, Any]:
         ],
         # Exactly what infra.settings.check_fits reserved for it on every node.
         "resources": _fixed_resources(_pod_resources(LOG_SIDECAR)),
+        "securityContext": LOCKED_DOWN_SECURITY_CONTEXT,
         "volumeMounts": [
             {"name": VOLUME_LOGS, "mountPath": RAY_TMP_DIR, "readOnly": True},
             {"name": VOLUME_FLUENT_BIT, "mountPath": FLUENT_BIT_CONFIG_DIR, "readOnly": True},
@@ -242,6 +297,8 @@ def _head(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
         "labels": {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": "ray-head"},
         "serviceAccountName": refs.service_account,
+        "podSecurityContext": POD_SECURITY_CONTEXT,
+        "securityContext": RAY_CONTAINER_SECURITY_CONTEXT,
         "containerEnv": [_env(DASHBOARD_FOLLOW_SYMLINKS_ENV, "1")],
         "command": _bash(head_start_script()),
         "ports": [
@@ -268,6 +325,7 @@ def _head(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
             {"name": VOLUME_SHM, "emptyDir": {"medium": "Memory", "sizeLimit": _head_shm_size(settings)}},
             {"name": VOLUME_DATA, "persistentVolumeClaim": {"claimName": refs.pvc_name}},
             {"name": VOLUME_FLUENT_BIT, "configMap": {"name": refs.fluentbit_configmap}},
+            *([_autoscaler_token_volume()] if settings.gpu_autoscaling else []),
         ],
         "volumeMounts": [
             {"name": VOLUME_LOGS, "mountPath": RAY_TMP_DIR},
@@ -275,19 +333,24 @@ def _head(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
             {"name": VOLUME_DATA, "mountPath": LUSTRE_MOUNT_PATH},
         ],
         "sidecarContainers": [_log_sidecar(settings)],
-        **({"autoscalerOptions": _autoscaler_options(settings)} if settings.gpu_autoscaling else {}),
+        **({"autoscalerOptions": _autoscaler_options(settings, refs)} if settings.gpu_autoscaling else {}),
     }
 
 
-def _autoscaler_options(settings: InfraSettings) -> dict[str, Any]:
+def _autoscaler_options(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
     """KubeRay's autoscaler container in the head pod. No image is set: KubeRay then runs the autoscaler from the
-    head's own image, the pinned NeMo RL image, whose Ray version matches the cluster's."""
+    head's own image, the pinned NeMo RL image, whose Ray version matches the cluster's. It is a Ray client of the
+    GCS: with token authentication it needs the token, which KubeRay gives it only when authOptions is set (it is
+    not: see workloads/ray_auth.py). It alone gets the service account's Kubernetes token."""
     return {
         "idleTimeoutSeconds": settings.idle_timeout_seconds,
         "upscalingMode": "Default",
         "imagePullPolicy": "IfNotPresent",
         # Exactly what infra.settings.check_fits reserved for it beside the head.
         "resources": _fixed_resources(_pod_resources(AUTOSCALER)),
+        **({"env": auth_env(refs.auth_secret)} if refs.auth_secret else {}),
+        "volumeMounts": [{"name": VOLUME_AUTOSCALER_TOKEN, "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True}],
+        "securityContext": LOCKED_DOWN_SECURITY_CONTEXT,
     }
 
 
@@ -305,7 +368,9 @@ def _gpu_workers(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any
         "labels": {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": "ray-worker"},
         # The extra gVNIC and the RDMA NICs, attached by GKE multi-networking.
         "annotations": pod_network_annotations(extra_nics(preset.rdma_nics)),
-        "serviceAccountName": refs.service_account,
+        "serviceAccountName": refs.worker_service_account or refs.service_account,
+        "podSecurityContext": POD_SECURITY_CONTEXT,
+        "securityContext": RAY_CONTAINER_SECURITY_CONTEXT,
         "command": _bash(worker_start_script()),
         "containerEnv": _nccl_env(settings),
         "resources": _fixed_resources(

@@ -14,8 +14,10 @@ from workloads.identity import RayIdentity, RayIdentityArgs
 from workloads.image_prepull import ImagePrepull, ImagePrepullArgs
 from workloads.nccl_installer import NcclInstaller
 from workloads.network_objects import NetworkMapping, NetworkMappingArgs
-from workloads.network_policy import SUBMITTER_LABEL, RayHeadPolicy, RayHeadPolicyArgs
+from workloads.network_policy import SUBMITTER_LABEL, RayPolicies, RayPoliciesArgs
 from workloads.nics import extra_nics
+from workloads.pod_security import namespace_labels
+from workloads.ray_auth import TOKEN_KEY, RayAuthToken, RayAuthTokenArgs, supports_token_auth
 from workloads.ray_values import (
     CLIENT_PORT,
     DASHBOARD_PORT,
@@ -43,7 +45,8 @@ class Workloads:
     volume: LustreVolume
     identity: RayIdentity
     ray: RayCluster
-    policy: RayHeadPolicy
+    policies: RayPolicies
+    auth: RayAuthToken | None
     prepull: ImagePrepull
     tensorboard: TensorBoard | None = None
 
@@ -58,6 +61,8 @@ def ray_cluster_refs(settings: InfraSettings, secret_keys: tuple[str, ...]) -> R
         secret_keys=secret_keys,
         service_account=settings.kubernetes_service_account,
         fluentbit_configmap=f"{prefix}-ray-fluent-bit",
+        worker_service_account=worker_service_account(prefix),
+        auth_secret=ray_auth_secret_name(prefix) if supports_token_auth(settings.ray_version) else None,
     )
 
 
@@ -71,8 +76,11 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
     prefix = settings.cluster_name
     namespace: pulumi.Input[str] = settings.namespace
     if settings.namespace not in BUILT_IN_NAMESPACES:
+        # Pod Security Admission at the strictest level the Ray workers allow (workloads/pod_security.py).
         namespace = k8s.core.v1.Namespace(
-            "namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=settings.namespace), opts=provider
+            "namespace",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=settings.namespace, labels=namespace_labels(settings.gke_minor)),
+            opts=provider,
         ).metadata.name
 
     # Every node starts pulling the NeMo RL image as soon as it joins: this waits for the cluster alone (its
@@ -132,6 +140,7 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
             account_id=f"{prefix}-ray",
             namespace=namespace,
             kubernetes_service_account=settings.kubernetes_service_account,
+            worker_service_account=worker_service_account(prefix),
             cluster=infra.cluster.cluster,
             iam_api=infra.services.needed_by("iam"),
             resource_manager_api=infra.services.needed_by("cloudresourcemanager"),
@@ -143,7 +152,13 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
         opts=provider,
     )
 
+    # Ray's token authentication where the image's Ray has it; the NetworkPolicies fence Ray either way.
     refs = ray_cluster_refs(settings, tokens.keys)
+    auth = None
+    if refs.auth_secret:
+        auth = RayAuthToken(
+            "ray-auth", RayAuthTokenArgs(secret_name=refs.auth_secret, namespace=namespace), opts=provider
+        )
     ray = RayCluster(
         "ray",
         RayClusterArgs(
@@ -157,16 +172,18 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
                 installer,
                 volume.pvc,
                 tokens.secret,
+                *([auth.secret] if auth else []),
                 identity.kubernetes_service_account,
+                identity.worker_service_account,
                 identity.binding,
+                identity.worker_binding,
             ],
         ),
         opts=provider,
     )
-    policy = RayHeadPolicy(
-        "ray-head-policy",
-        RayHeadPolicyArgs(
-            name=f"{refs.cluster_name}-head",
+    policies = RayPolicies(
+        "ray-policies",
+        RayPoliciesArgs(
             namespace=namespace,
             ray_cluster=refs.cluster_name,
             dashboard_port=DASHBOARD_PORT,
@@ -195,7 +212,8 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
         volume=volume,
         identity=identity,
         ray=ray,
-        policy=policy,
+        policies=policies,
+        auth=auth,
         prepull=prepull,
         tensorboard=tensorboard,
     )
@@ -203,6 +221,14 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
 
 def tensorboard_name(settings: InfraSettings) -> str:
     return f"{settings.cluster_name}-tensorboard"
+
+
+def worker_service_account(prefix: str) -> str:
+    return f"{prefix}-ray-worker"
+
+
+def ray_auth_secret_name(prefix: str) -> str:
+    return f"{prefix}-ray-auth"
 
 
 def export_workloads(settings: InfraSettings, workloads: Workloads) -> None:
@@ -222,6 +248,17 @@ def export_workloads(settings: InfraSettings, workloads: Workloads) -> None:
     pulumi.export("secretName", workloads.tokens.secret.metadata.name)
     pulumi.export("secretKeys", list(refs.secret_keys))
     pulumi.export("serviceAccount", workloads.identity.kubernetes_service_account.metadata.name)
+    pulumi.export("workerServiceAccount", workloads.identity.worker_service_account.metadata.name)
+    # The Secret holding Ray's token (key RAY_AUTH_TOKEN); None when the image's Ray has no token authentication.
+    auth = workloads.auth
+    pulumi.export("rayAuthSecret", auth.secret.metadata.name if auth else None)
+    pulumi.export(
+        "rayAuthTokenCommand",
+        f"kubectl --namespace {settings.namespace} get secret {refs.auth_secret} "
+        f"-o jsonpath='{{.data.{TOKEN_KEY}}}' | base64 -d"
+        if auth
+        else None,
+    )
     pulumi.export("submitterPodLabel", {SUBMITTER_LABEL: refs.cluster_name})
     pulumi.export("gpusPerNode", settings.preset.gpus_per_node)
     pulumi.export("nemoRlImage", settings.nemo_rl_image)

@@ -47,6 +47,26 @@ GRACE_SECONDS = 2 * 5 + STOP_TIMEOUT_S + 20
 DELETE_TIMEOUT = f"{-(-(GRACE_SECONDS + 120) // 60)}m"
 # Delete the pod before the Job object disappears, so that the Role it reads its Job with outlives it.
 DELETION_PROPAGATION = "pulumi.com/deletionPropagationPolicy"
+# Ray's token authentication (Ray >= 2.52): the client sends the token only when both are set. The key is the one
+# the infra stack's Secret holds (workloads/ray_auth.py).
+RAY_AUTH_MODE_ENV = "RAY_AUTH_MODE"
+RAY_AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
+
+
+def ray_auth_env(secret_name: str | None) -> list[k8s.core.v1.EnvVarArgs]:
+    """The submitter's Ray credentials, by reference to the infra stack's Secret; none when the cluster has no token
+    authentication (then the NetworkPolicies alone fence the head)."""
+    if not secret_name:
+        return []
+    return [
+        k8s.core.v1.EnvVarArgs(name=RAY_AUTH_MODE_ENV, value="token"),
+        k8s.core.v1.EnvVarArgs(
+            name=RAY_AUTH_TOKEN_ENV,
+            value_from=k8s.core.v1.EnvVarSourceArgs(
+                secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=secret_name, key=RAY_AUTH_TOKEN_ENV)
+            ),
+        ),
+    ]
 
 
 @dataclass(frozen=True)
@@ -162,6 +182,7 @@ class PipelineJob(pulumi.ComponentResource):
                                     k8s.core.v1.EnvVarArgs(name="PYTHONUNBUFFERED", value="1"),
                                     k8s.core.v1.EnvVarArgs(name="PYTHONDONTWRITEBYTECODE", value="1"),
                                     k8s.core.v1.EnvVarArgs(name="RAY_USAGE_STATS_ENABLED", value="0"),
+                                    *ray_auth_env(infra.ray_auth_secret),
                                 ],
                                 resources=k8s.core.v1.ResourceRequirementsArgs(
                                     requests={"cpu": "250m", "memory": "512Mi"},

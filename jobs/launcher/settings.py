@@ -161,6 +161,8 @@ class InfraOutputs:
     # Where that rate comes from: "table" (infra/prices.py) or "gpuNodeHourlyPrice" (the user's own figure).
     gpu_node_price_from: str = "table"
     export_bucket: str = ""  # where the HF checkpoint is copied; "" when the infra has no export bucket
+    # The Secret with Ray's token (key RAY_AUTH_TOKEN) when the cluster requires one (Ray >= 2.52), else None.
+    ray_auth_secret: str | None = None
 
 
 @dataclass(frozen=True)
@@ -277,6 +279,11 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
     cost: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     hourly = cost.get("gpuNodePerHour")
     image = need("nemoRlImage", str)
+    auth_secret = outputs.get("rayAuthSecret")
+    if auth_secret is not None and not (
+        isinstance(auth_secret, str) and re.fullmatch(r"[a-z0-9][a-z0-9.\-]*", auth_secret)
+    ):
+        raise ConfigError("infraStack output 'rayAuthSecret'", auth_secret, "a Secret name, or null")
     return InfraOutputs(
         namespace=need("namespace", str),
         ray_address=address,
@@ -302,6 +309,7 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         else None,
         prices_read_on=str(cost.get("pricesReadOn") or ""),
         gpu_node_price_from=str(cost.get("gpuNodePriceFrom") or "table"),
+        ray_auth_secret=auth_secret,
     )
 
 

@@ -197,6 +197,7 @@ def test_training_gpus_divide_dtensor_tp_with_more_nodes(infra_outputs):
         ({"rayAddress": None}, "rayAddress"),
         ({"gpusPerNode": "eight"}, "gpusPerNode"),
         ({"submitterPodLabel": {}}, "submitterPodLabel"),
+        ({"rayAuthSecret": "Not A Name"}, "rayAuthSecret"),
     ],
 )
 def test_missing_or_malformed_infra_output(infra_outputs, change, name):
@@ -703,3 +704,30 @@ def test_the_job_stack_needs_the_cluster_id(infra_outputs):
     outputs = {k: v for k, v in infra_outputs["dev"].items() if k != "clusterId"}
     with pytest.raises(ConfigError, match="clusterId"):
         build_infra_outputs(outputs)
+
+
+def test_the_submitter_reads_rays_token_from_the_infra_secret(infra_outputs):
+    """Where the infra's Ray has token auth (v0.7.0: rayAuthSecret set), the submitter gets RAY_AUTH_MODE and the
+    token by reference to that Secret, never a value; with v0.5.0's Ray (rayAuthSecret null) it gets neither."""
+    with_token = {**infra_outputs["h200"], "rayAuthSecret": "nemo-rl-h200-ray-auth"}
+    assert infra_of(with_token).ray_auth_secret == "nemo-rl-h200-ray-auth"
+    run = run_program(
+        JOBS,
+        load_stack_config(JOBS, "h200")[1],
+        stack="h200",
+        stack_outputs={"organization/nemo-rl-gke/h200": with_token},
+        stack_secret_outputs={"organization/nemo-rl-gke/h200": INFRA_SECRET_OUTPUTS["h200"]},
+    )
+    env = {
+        e["name"]: e
+        for e in run.one("kubernetes:batch/v1:Job").inputs["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["RAY_AUTH_MODE"] == {"name": "RAY_AUTH_MODE", "value": "token"}
+    assert env["RAY_AUTH_TOKEN"] == {
+        "name": "RAY_AUTH_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "nemo-rl-h200-ray-auth", "key": "RAY_AUTH_TOKEN"}},
+    }
+    assert infra_outputs["h200"]["rayAuthSecret"] is None
+    without = run_jobs("h200", infra_outputs).one("kubernetes:batch/v1:Job").inputs
+    names = {e["name"] for e in without["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert not names & {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN"}
