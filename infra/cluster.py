@@ -9,7 +9,12 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from infra.gke_rules import KMS_ENCRYPTER_DECRYPTER_ROLE, MAINTENANCE_EXCLUSION_START, gke_service_agent
+from infra.gke_rules import (
+    KMS_ENCRYPTER_DECRYPTER_ROLE,
+    MAINTENANCE_EXCLUSION_START,
+    MONITORING_COMPONENTS,
+    gke_service_agent,
+)
 from infra.iam import grant_project_roles
 from infra.network import POD_RANGE_NAME, SERVICE_RANGE_NAME, Networks
 from infra.services import ProjectServices
@@ -212,8 +217,12 @@ class GkeCluster(pulumi.ComponentResource):
                 ray_operator_configs=[
                     gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(
                         enabled=True,
+                        # Off: it has GKE inject its own Fluent Bit into every Ray pod, beside our pinned sidecar
+                        # (workloads/ray_values.py), which ships the same files. Ours stays: its image and its
+                        # requests are ours, so the pod-fit check counts exactly what runs; GKE's requests are not
+                        # published and changed between patch versions (ai-on-gke PR #817).
                         ray_cluster_logging_config=gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterLoggingConfigArgs(
-                            enabled=True
+                            enabled=False
                         ),
                         ray_cluster_monitoring_config=gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterMonitoringConfigArgs(
                             enabled=True
@@ -224,6 +233,12 @@ class GkeCluster(pulumi.ComponentResource):
                 lustre_csi_driver_config=gcp.container.ClusterAddonsConfigLustreCsiDriverConfigArgs(
                     enabled=True, enable_legacy_lustre_port=True
                 ),
+            ),
+            # Declared, not left to GKE's defaults: Managed Prometheus (the Ray metrics port and DCGM go there) and
+            # DCGM's GPU metrics, where GPU utilisation is seen (see the README's Follow the run).
+            monitoring_config=gcp.container.ClusterMonitoringConfigArgs(
+                enable_components=list(MONITORING_COMPONENTS),
+                managed_prometheus=gcp.container.ClusterMonitoringConfigManagedPrometheusArgs(enabled=True),
             ),
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
             min_master_version=args.gke_version,

@@ -194,6 +194,12 @@ EFFECTS: tuple[KeyEffect, ...] = (
         "node_config max_run_duration FN",
     ),
     KeyEffect(
+        "imageCacheDisk",
+        REPLACES,
+        f"the GPU pool: its nodes are deleted, {_TRAINING_DIES}",
+        "node_config secondary_boot_disks FN",
+    ),
+    KeyEffect(
         "cpuMachineType",
         ROLLS_NODES,
         f"recreates the CPU nodes: the Ray head is evicted, {_TRAINING_DIES}",
@@ -303,6 +309,12 @@ EFFECTS: tuple[KeyEffect, ...] = (
         "GKE re-encrypts the Secrets in etcd with the new key",
         "container_cluster database_encryption updatable",
     ),
+    KeyEffect(
+        "tensorboard",
+        IN_PLACE,
+        "creates or deletes the TensorBoard Deployment, its Service and NetworkPolicy (event files stay on Lustre)",
+        "Kubernetes objects of their own; the Ray pods are not touched",
+    ),
     KeyEffect("gpuNodeHourlyPrice", IN_PLACE, "the cost estimate only (a stack output)", "infra/cost.py"),
     KeyEffect(
         "hfToken",
@@ -340,6 +352,7 @@ def deployed_settings(settings: InfraSettings, ray_pod_template: str, has_wandb_
         "gpuProvisioning": settings.gpu_provisioning,
         "reservation": settings.reservation or "",
         "maxRunHours": settings.max_run_hours or 0,
+        "imageCacheDisk": settings.image_cache_disk,
         "cpuMachineType": settings.cpu_machine_type,
         "privateNodes": settings.private_nodes,
         "namespace": settings.namespace,

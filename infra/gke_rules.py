@@ -50,15 +50,47 @@ FLEX_START_FLOOR = VersionFloor(
     "1.32.2-gke.1652000", "flex-start GPU nodes", "GKE docs: how-to/dws-flex-start-training"
 )
 
+# GKE's managed DCGM metrics (GPU utilisation, memory, NVLink; cluster monitoring component DCGM, always declared
+# here). GKE docs, "Collect and view DCGM metrics" (how-to/dcgm-metrics): on by default for new clusters from
+# 1.32.1-gke.1357000, and it needs GKE-installed GPU drivers (the GPU pool's gpu_driver_installation_config). Older
+# versions could opt in, but that floor is the one documented here, so it is the one required.
+DCGM_FLOOR = VersionFloor("1.32.1-gke.1357000", "GKE's managed DCGM metrics", "GKE docs: how-to/dcgm-metrics")
 
-def version_floors(gpu_floor: VersionFloor, provisioning: str, private_nodes: bool = False) -> list[VersionFloor]:
-    """Every floor that applies to a stack: the GPU's own (RDMA), Lustre's, flex-start's and private nodes' when
-    used."""
-    floors = [gpu_floor, LUSTRE_CSI_FLOOR]
+# The cluster's monitoring components (MonitoringComponentConfig.enableComponents: the list replaces GKE's default,
+# and an empty one turns monitoring off): the system metrics GKE always wants, the kube-state package (storage, HPA,
+# pods, DaemonSets, Deployments, StatefulSets), cAdvisor and kubelet (GKE's defaults for new clusters, GKE docs
+# "Configure collection of kube state metrics", "cAdvisor/Kubelet metrics"), and DCGM for the GPUs.
+MONITORING_COMPONENTS = (
+    "SYSTEM_COMPONENTS", "STORAGE", "HPA", "POD", "DAEMONSET", "DEPLOYMENT", "STATEFULSET", "CADVISOR", "KUBELET",
+    "DCGM",
+)  # fmt: skip
+
+
+# Secondary boot disks (imageCacheDisk: the NeMo RL image preloaded on a disk image, mode CONTAINER_IMAGE_CACHE, with
+# image streaming on). GKE docs, "Use secondary boot disks to preload data or container images"
+# (how-to/data-container-image-preloading): Standard clusters from 1.28.3-gke.1067000 (Autopilot from
+# 1.30.1-gke.1329000); pulumi-gcp 10.2.0's NodePool docs name the same floor and require gcfs_config enabled.
+IMAGE_CACHE_DISK_FLOOR = VersionFloor(
+    "1.28.3-gke.1067000",
+    "imageCacheDisk (a secondary boot disk as container image cache)",
+    "GKE docs: how-to/data-container-image-preloading",
+)
+# The secondary boot disk mode that serves preloaded container images (GKE API SecondaryBootDisk.mode enum).
+IMAGE_CACHE_DISK_MODE = "CONTAINER_IMAGE_CACHE"
+
+
+def version_floors(
+    gpu_floor: VersionFloor, provisioning: str, private_nodes: bool = False, image_cache_disk: bool = False
+) -> list[VersionFloor]:
+    """Every floor that applies to a stack: the GPU's own (RDMA), Lustre's and DCGM's, and flex-start's, private
+    nodes' and the image cache disk's when used."""
+    floors = [gpu_floor, LUSTRE_CSI_FLOOR, DCGM_FLOOR]
     if provisioning == "flexStart":
         floors.append(FLEX_START_FLOOR)
     if private_nodes:
         floors.append(PRIVATE_NODES_PSC_FLOOR)
+    if image_cache_disk:
+        floors.append(IMAGE_CACHE_DISK_FLOOR)
     return floors
 
 

@@ -8,7 +8,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from infra.cluster import AUTOSCALED_FIELDS, CLOUD_PLATFORM_SCOPE, SHIELDED_NODE, GkeCluster
-from infra.gke_rules import flex_start_violations
+from infra.gke_rules import IMAGE_CACHE_DISK_MODE, flex_start_violations
 from infra.network import Networks
 from infra.presets import GpuPreset
 
@@ -28,6 +28,31 @@ class GpuNodePoolArgs:
     cluster: GkeCluster
     networks: Networks
     max_run_hours: int | None  # flex-start only: GKE deletes a node this long after it starts
+    # GPU nodes the pool is created with and keeps at least (nodes_at_creation()); 0 autoscales from zero.
+    nodes_at_creation: int = 0
+    image_cache_disk: str = ""  # a disk image holding the NeMo RL image (secondary boot disk), or ""
+
+
+def nodes_at_creation(provisioning: str, ray_autoscaling: bool, ray_workers: int) -> int:
+    """GPU nodes the pool starts with. A reservation bills its nodes whether they run or not, so without the Ray
+    autoscaler the pool is created with the nodes the Ray cluster holds anyway: they boot (and pull the image, see
+    workloads/image_prepull.py) while Managed Lustre is still being created, instead of after the Ray cluster asks
+    for them. They are also the pool's minimum, or the cluster autoscaler would remove them again before the Ray
+    pods arrive (DaemonSet pods do not keep a node). Spot, flex-start and autoscaled Ray start from zero."""
+    return ray_workers if provisioning == "reservation" and not ray_autoscaling else 0
+
+
+def image_cache_config(disk_image: str) -> dict[str, object]:
+    """Node-config fields for a secondary boot disk that serves the NeMo RL image from a disk image (GKE's container
+    image cache), with image streaming (gcfs) on, which GKE requires for it; empty without a disk image."""
+    if not disk_image:
+        return {}
+    return {
+        "secondary_boot_disks": [
+            gcp.container.NodePoolNodeConfigSecondaryBootDiskArgs(disk_image=disk_image, mode=IMAGE_CACHE_DISK_MODE)
+        ],
+        "gcfs_config": gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=True),
+    }
 
 
 def provisioning_config(provisioning: str, reservation: str | None) -> dict[str, object]:
@@ -70,7 +95,8 @@ def check_flex_start(
 
 
 class GpuNodePool(pulumi.ComponentResource):
-    """Autoscaled from zero: nodes exist only while Ray workers need them."""
+    """Autoscaled: from zero (nodes exist only while Ray workers need them), or, for a reservation without the Ray
+    autoscaler, created with the Ray cluster's nodes (nodes_at_creation)."""
 
     pool: gcp.container.NodePool
 
@@ -90,7 +116,7 @@ class GpuNodePool(pulumi.ComponentResource):
             for subnet in networks.rdma_subnets
         ]
 
-        min_nodes = 0
+        min_nodes = args.nodes_at_creation
         provisioning = provisioning_config(args.provisioning, args.reservation)
         if args.max_run_hours:
             provisioning["max_run_duration"] = f"{args.max_run_hours * 3600}s"
@@ -104,7 +130,7 @@ class GpuNodePool(pulumi.ComponentResource):
             cluster=args.cluster.cluster.id,
             location=args.region,
             node_locations=[args.zone],
-            initial_node_count=0,
+            initial_node_count=min_nodes,
             autoscaling=gcp.container.NodePoolAutoscalingArgs(
                 total_min_node_count=min_nodes,
                 total_max_node_count=args.max_nodes,
@@ -136,6 +162,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 ),
                 # Secure boot holds with GKE's own (signed) GPU drivers, as in Cluster Toolkit's A3 Ultra/A4 pools.
                 shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(**SHIELDED_NODE),
+                **image_cache_config(args.image_cache_disk),  # type: ignore[arg-type]
                 **provisioning,  # type: ignore[arg-type]
             ),
             opts=pulumi.ResourceOptions(

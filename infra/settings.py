@@ -127,6 +127,10 @@ class InfraSettings:
     allow_replace: tuple[str, ...] = ()
     # The user's own rate for one GPU node-hour (committed use, negotiated); None: the price table's.
     gpu_node_hourly_price: float | None = None
+    tensorboard: bool = True  # a TensorBoard on the CPU pool over /data, read-only
+    # A disk image holding the NeMo RL image (projects/P/global/images/NAME), given to GPU nodes as a secondary boot
+    # disk in CONTAINER_IMAGE_CACHE mode; "" for none.
+    image_cache_disk: str = ""
 
     @property
     def export_bucket_name(self) -> str:
@@ -287,6 +291,8 @@ LOG_SIDECAR = PodResources(cpu="200m", memory="256Mi")
 # The autoscaler container KubeRay adds to the head pod when in-tree autoscaling is on (KubeRay's own default size,
 # set explicitly so the sizing check and the pod agree).
 AUTOSCALER = PodResources(cpu="500m", memory="512Mi")
+# The pre-pull DaemonSet's container (workloads/image_prepull.py): it only holds the NeMo RL image on every node.
+IMAGE_HOLDER = PodResources(cpu="10m", memory="16Mi")
 # Idle GPU workers are released after this long by default; GPU nodes take minutes to come back, so not KubeRay's
 # 60 s (which stays the shortest allowed).
 DEFAULT_IDLE_TIMEOUT_SECONDS = 600
@@ -328,7 +334,9 @@ def _shm_size(value: Any, ray_worker: PodResources) -> str:
     return size
 
 
-def _gke_version(value: Any, preset: GpuPreset, provisioning: str, private_nodes: bool) -> str:
+def _gke_version(
+    value: Any, preset: GpuPreset, provisioning: str, private_nodes: bool, image_cache_disk: bool = False
+) -> str:
     """A bare minor (GKE picks that minor's current patch) or a full version, at or above every floor that applies
     (gke_rules: the GPU's RDMA floor, the Lustre CSI driver's, flex-start's)."""
     version = str(value)
@@ -340,7 +348,7 @@ def _gke_version(value: Any, preset: GpuPreset, provisioning: str, private_nodes
     rdma = gke_rules.VersionFloor(
         preset.min_gke_version, f"GPUDirect RDMA on {preset.gpu_type}", "GKE docs: gpu-bandwidth-gpudirect-rdma"
     )
-    floors = gke_rules.version_floors(rdma, provisioning, private_nodes)
+    floors = gke_rules.version_floors(rdma, provisioning, private_nodes, image_cache_disk)
     for floor in sorted(floors, key=lambda f: gke_rules.parse_gke_version(f.version) or (), reverse=True):
         if gke_rules.below_floor(version, floor):
             raise ConfigError(
@@ -463,6 +471,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
 
     maintenance_window_start, maintenance_exclusion = _maintenance(values)
     private_nodes = _as_bool("privateNodes", values.get("privateNodes", True))
+    image_cache_disk = _image_cache_disk(values.get("imageCacheDisk", ""), project)
     # On by default where idle GPUs cost money that can be saved (spot, flex-start); a reservation bills anyway.
     # Empty (the declared default) means: by provisioning mode.
     autoscaling_raw = values.get("rayAutoscaling")
@@ -477,10 +486,10 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         raise ConfigError("rayIdleTimeoutSeconds", idle_timeout, f"{shortest}..{longest} seconds")
 
     ray_head = _pod_resources("rayHead", values.get("rayHead"), PodResources(cpu="64", memory="500G"))
-    head_extra = (AUTOSCALER,) if gpu_autoscaling else ()
+    head_extra = (IMAGE_HOLDER, AUTOSCALER) if gpu_autoscaling else (IMAGE_HOLDER,)
     check_fits("rayHead", ray_head, cpu_machine_type, cpu_machine.vcpus, cpu_machine.memory_gb, head_extra)
     ray_worker = _pod_resources("rayWorker", values.get("rayWorker"), PodResources(cpu="206", memory="2400Gi"))
-    check_fits("rayWorker", ray_worker, preset.machine_type, preset.vcpus, preset.memory_gb)
+    check_fits("rayWorker", ray_worker, preset.machine_type, preset.vcpus, preset.memory_gb, (IMAGE_HOLDER,))
 
     return InfraSettings(
         project=project,
@@ -493,7 +502,11 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         ray_worker_replicas=replicas,
         cluster_name=cluster_name,
         gke_version=_gke_version(
-            values.get("gkeVersion", gke_rules.DEFAULT_GKE_VERSION), preset, provisioning, private_nodes
+            values.get("gkeVersion", gke_rules.DEFAULT_GKE_VERSION),
+            preset,
+            provisioning,
+            private_nodes,
+            bool(image_cache_disk),
         ),
         release_channel=release_channel,
         cpu_machine_type=cpu_machine_type,
@@ -522,6 +535,8 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         database_encryption_key=_database_encryption_key(values.get("databaseEncryptionKey", ""), region),
         allow_replace=_allow_replace(values.get(day2.ALLOW_REPLACE_KEY)),
         gpu_node_hourly_price=_gpu_node_hourly_price(values.get("gpuNodeHourlyPrice", "")),
+        tensorboard=_as_bool("tensorboard", values.get("tensorboard", True)),
+        image_cache_disk=image_cache_disk,
     )
 
 
@@ -643,6 +658,28 @@ def _gpu_node_hourly_price(value: Any) -> float | None:
     return price
 
 
+# A Compute Engine image: its name (in the stack's project) or its full resource path.
+_IMAGE_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+_DISK_IMAGE_RE = re.compile(rf"^(?:projects/([a-z][-a-z0-9]{{4,28}}[a-z0-9])/global/images/)?({_IMAGE_NAME})$")
+
+
+def _image_cache_disk(value: Any, project: str) -> str:
+    """'' (none), or the fully-qualified disk image GKE asks for (SecondaryBootDisk.diskImage): a bare image name
+    is taken from the stack's own project."""
+    text = str(value or "")
+    if not text:
+        return ""
+    match = _DISK_IMAGE_RE.match(text)
+    if not match:
+        raise ConfigError(
+            "imageCacheDisk",
+            text,
+            "'' (none), a disk image name in the stack's project, or projects/PROJECT/global/images/NAME: a disk image "
+            "built with gke-disk-image-builder that holds nemoRlImage (README, Faster start-up)",
+        )
+    return f"projects/{match.group(1) or project}/global/images/{match.group(2)}"
+
+
 def _export_bucket(value: Any) -> str:
     bucket = str(value or "")
     if bucket and bucket != EXPORT_BUCKET_CREATE and (not _BUCKET_RE.match(bucket) or bucket.startswith("goog")):
@@ -664,7 +701,7 @@ _PLAIN_KEYS = (
     "rayAutoscaling", "rayIdleTimeoutSeconds",
     "exportBucket",
     "privateNodes", "authorizedNetworks", "databaseEncryptionKey",
-    "gpuNodeHourlyPrice",
+    "gpuNodeHourlyPrice", "tensorboard", "imageCacheDisk",
 )  # fmt: skip
 _OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker", day2.ALLOW_REPLACE_KEY)
 

@@ -12,7 +12,7 @@ from infra import day2
 from infra.cluster import ClusterArgs, GkeCluster
 from infra.cost import CostInputs, estimate
 from infra.export_bucket import ExportBucket, ExportBucketArgs
-from infra.gpu_pool import GpuNodePool, GpuNodePoolArgs
+from infra.gpu_pool import GpuNodePool, GpuNodePoolArgs, nodes_at_creation
 from infra.lustre import LustreArgs, ManagedLustre
 from infra.nat import ClusterEgress, ClusterEgressArgs
 from infra.network import Networks, NetworksArgs
@@ -127,6 +127,10 @@ def build_infra(settings: InfraSettings) -> Infra:
             cluster=cluster,
             networks=networks,
             max_run_hours=settings.max_run_hours,
+            nodes_at_creation=nodes_at_creation(
+                settings.gpu_provisioning, settings.gpu_autoscaling, settings.ray_worker_replicas
+            ),
+            image_cache_disk=settings.image_cache_disk,
         ),
     )
     export_bucket = None

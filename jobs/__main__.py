@@ -9,6 +9,7 @@ from launcher.pipeline import (
     attempt_ids,
     checkpoint_dir,
     entrypoint_text,
+    eval_summary_show_command,
     model_uri,
     pipeline_script,
     pipeline_steps,
@@ -49,6 +50,7 @@ async def main() -> None:
     pulumi.export("checkpointDir", checkpoint_dir(job, infra))
     pulumi.export("estimatedRun", run_estimate(job, infra))
     pulumi.export("modelUri", model_uri(job, infra))
+    pulumi.export("evalSummary", eval_summary_show_command(job, infra))
     pulumi.export(
         "pipeline", [{"step": s.name, "submissionId": s.submission_id, "entrypoint": entrypoint_text(s)} for s in steps]
     )

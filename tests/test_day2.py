@@ -94,6 +94,7 @@ REPLACING_CHANGES: dict[str, tuple[dict[str, Any], list[str]]] = {
         ["gpuProvisioning", "rayAutoscaling", "reservation"],
     ),
     "maxRunHours": ({"maxRunHours": 48}, ["maxRunHours"]),
+    "imageCacheDisk": ({"imageCacheDisk": "nemo-rl-v050-cache"}, ["imageCacheDisk"]),
     "cpuMachineType": ({"cpuMachineType": "n2-highmem-96"}, ["cpuMachineType"]),
     "privateNodes": ({"privateNodes": "false"}, ["privateNodes"]),
     "namespace": ({"namespace": "training"}, ["namespace"]),
@@ -160,6 +161,7 @@ IN_PLACE_CHANGES: dict[str, dict[str, Any]] = {
         "databaseEncryptionKey": "projects/my-gcp-project/locations/europe-west1/keyRings/r/cryptoKeys/k"
     },
     "gpuNodeHourlyPrice": {"gpuNodeHourlyPrice": "70"},
+    "tensorboard": {"tensorboard": False},
 }
 
 

@@ -127,9 +127,13 @@ def test_gpu_pool(stack_run):
     assert (accelerator["type"], accelerator["count"]) == (gpu_type, 8)
     assert accelerator["gpuDriverInstallationConfig"]["gpuDriverVersion"] == "DEFAULT"
     assert pool["nodeLocations"] == [config["nemo-rl-gke:zone"]]
-    assert pool["autoscaling"]["totalMinNodeCount"] == 0
+    # A reservation (its nodes billed anyway) starts with the Ray cluster's nodes and keeps them; the others from 0.
+    at_creation = int(config["nemo-rl-gke:gpuNodes"]) if "nemo-rl-gke:reservation" in config else 0
+    assert pool["initialNodeCount"] == at_creation
+    assert pool["autoscaling"]["totalMinNodeCount"] == at_creation
     assert pool["autoscaling"]["totalMaxNodeCount"] == int(config["nemo-rl-gke:gpuNodes"])
     assert node["gvnic"] == {"enabled": True}
+    assert "secondaryBootDisks" not in node and "gcfsConfig" not in node  # no imageCacheDisk in the shipped stacks
     assert set(run.one(NODE_POOL, "gpu").ignore_changes) >= {"initialNodeCount", "nodeCount"}
     assert run.one(NODE_POOL, "gpu").delete_before_replace
 
@@ -498,3 +502,41 @@ def test_stack_values_have_the_declared_types(project_dir: Path):
                 wanted = declared[key]
                 ok = isinstance(value, wanted) and not (wanted is int and isinstance(value, bool))
                 assert ok, f"{stack_file.name}: {key} = {value!r} is not a {wanted.__name__}"
+
+
+def test_reservation_pool_starts_with_the_ray_nodes_only_without_the_autoscaler(run_infra: RunInfra):
+    """Nodes at creation follow the Ray workers the cluster holds (not the pool's maximum), and only where nothing
+    would scale them away: with the Ray autoscaler on, the reservation pool starts from zero like the others."""
+    pool = run_infra("h200", {"gpuNodes": 3, "rayWorkerReplicas": 2}).one(NODE_POOL, "gpu").inputs
+    assert (pool["initialNodeCount"], pool["autoscaling"]["totalMinNodeCount"]) == (2, 2)
+    assert pool["autoscaling"]["totalMaxNodeCount"] == 3
+    autoscaled = run_infra("h200", {"rayAutoscaling": "true"}).one(NODE_POOL, "gpu").inputs
+    assert (autoscaled["initialNodeCount"], autoscaled["autoscaling"]["totalMinNodeCount"]) == (0, 0)
+    spot = run_infra("h200", {"gpuProvisioning": "spot", "reservation": None}).one(NODE_POOL, "gpu").inputs
+    assert spot["initialNodeCount"] == 0
+
+
+def test_image_cache_disk_gives_gpu_nodes_a_secondary_boot_disk_with_image_streaming(run_infra: RunInfra):
+    import json
+
+    from infra.gke_rules import IMAGE_CACHE_DISK_MODE
+
+    run = run_infra("dev", {"imageCacheDisk": "nemo-rl-v050-cache"})
+    node = run.one(NODE_POOL, "gpu").inputs["nodeConfig"]
+    assert node["secondaryBootDisks"] == [
+        {"diskImage": "projects/my-gcp-project/global/images/nemo-rl-v050-cache", "mode": IMAGE_CACHE_DISK_MODE}
+    ]
+    assert node["gcfsConfig"] == {"enabled": True}  # GKE requires image streaming for the cache disk
+    # The CPU pool is untouched; a disk image of another project is taken as given.
+    assert "secondaryBootDisks" not in run.one(NODE_POOL, "gke-cpu").inputs["nodeConfig"]
+    other = run_infra("dev", {"imageCacheDisk": "projects/images-prj/global/images/nemo-cache"})
+    [disk] = other.one(NODE_POOL, "gpu").inputs["nodeConfig"]["secondaryBootDisks"]
+    assert disk["diskImage"] == "projects/images-prj/global/images/nemo-cache"
+    # Google's own API schema (the discovery document google-api-python-client ships) has the mode we send.
+    import googleapiclient
+
+    documents = Path(googleapiclient.__file__).parent / "discovery_cache" / "documents"
+    schema = json.loads((documents / "container.v1.json").read_text())["schemas"]
+    assert IMAGE_CACHE_DISK_MODE in schema["SecondaryBootDisk"]["properties"]["mode"]["enum"]
+    assert set(disk) <= set(schema["SecondaryBootDisk"]["properties"])
+    assert "gcfsConfig" in schema["NodeConfig"]["properties"]

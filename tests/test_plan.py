@@ -83,7 +83,10 @@ def test_one_manifest_per_kubernetes_object_in_a_stable_order(rendered: Rendered
     assert len(files) == len(objects)
     kinds = [obj["kind"] for _, obj in files]
     for kind, count in {
-        "NetworkPolicy": 2,  # the Ray head's, and the submitter's no-ingress one
+        "NetworkPolicy": 4,  # the Ray head's, the submitter's no-ingress one, TensorBoard's deny-all one, the image
+        # holder's no-traffic one
+        "Deployment": 1,  # TensorBoard
+        "Service": 1,  # TensorBoard's (KubeRay creates the head's)
         "ServiceAccount": 2,  # the Ray pods', and the submitter's (reads its own Job: stopOnDelete)
         "Role": 1,
         "RoleBinding": 1,
@@ -93,6 +96,7 @@ def test_one_manifest_per_kubernetes_object_in_a_stable_order(rendered: Rendered
         "PersistentVolumeClaim": 1,
         "GKENetworkParamSet": 9,
         "Network": 9,
+        "DaemonSet": 1,  # the image pre-pull
         "Job": 1,
     }.items():
         assert kinds.count(kind) == count, kind
@@ -139,7 +143,7 @@ def test_every_built_in_object_validates_strictly_for_the_cluster_version(render
             validated.append(obj["kind"])
     assert {
         "Job", "Secret", "PersistentVolume", "PersistentVolumeClaim", "ConfigMap", "NetworkPolicy", "ServiceAccount",
-        "Role", "RoleBinding",
+        "Role", "RoleBinding", "DaemonSet",
     } <= set(validated)  # fmt: skip
 
 
@@ -174,7 +178,9 @@ def test_pipeline_lists_the_ray_jobs_in_order(rendered: Rendered):
         "train",
         "convert-hf",
         *(["export-gcs"] if rendered.plan.infra.outputs["exportBucket"] else []),
+        "eval-final",
     ]
+    assert names[names.index("prepare-data") + 1 : names.index("train")] == ["prefetch-weights", "eval-base"]
     ids = [s["submissionId"] for s in written["steps"]]
     assert len(set(ids)) == len(ids)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from conftest import ROOT
 
 from infra import gke_rules
 from infra.presets import GPU_PRESETS
-from infra.settings import ConfigError, build_settings, check_keys, validate_lustre_capacity
+from infra.settings import ConfigError, PodResources, build_settings, check_keys, validate_lustre_capacity
 from infra.sizing import allocatable_cpu, allocatable_memory_bytes, cpu_cores, memory_bytes
 
 BASE: dict[str, Any] = {
@@ -396,3 +397,43 @@ def test_declared_defaults_are_the_programs_own():
     plain = settings_with()
     for key, default in defaults.items():
         assert settings_with(**{key: default}) == plain, f"{key}: Pulumi.yaml's default {default!r} differs"
+
+
+def test_image_cache_disk_is_a_disk_image_of_the_project_or_a_full_path():
+    assert settings_with().image_cache_disk == ""
+    assert settings_with(imageCacheDisk="nemo-cache-1").image_cache_disk == "projects/p/global/images/nemo-cache-1"
+    full = "projects/other-prj/global/images/nemo-cache-1"
+    assert settings_with(imageCacheDisk=full).image_cache_disk == full
+    for bad in ("Nemo_Cache", "gs://bucket/image", "projects/p/global/disks/x", "global/images/x"):
+        expect_error("imageCacheDisk", bad, "projects/PROJECT/global/images/NAME", imageCacheDisk=bad)
+
+
+def test_image_cache_disk_has_its_gke_floor(monkeypatch: pytest.MonkeyPatch):
+    floor = gke_rules.IMAGE_CACHE_DISK_FLOOR
+    assert floor.version == "1.28.3-gke.1067000"  # GKE docs, data-container-image-preloading (Standard clusters)
+    assert floor in gke_rules.version_floors(gke_rules.LUSTRE_CSI_FLOOR, "reservation", image_cache_disk=True)
+    assert floor not in gke_rules.version_floors(gke_rules.LUSTRE_CSI_FLOOR, "reservation")
+    # Lustre's floor (1.33.2) and DCGM's are higher today, so they bind first; with them out of the way, the cache
+    # disk's floor is the one the settings name.
+    monkeypatch.setattr(gke_rules, "LUSTRE_CSI_FLOOR", gke_rules.VersionFloor("1.20.0-gke.1", "Lustre", "test"))
+    monkeypatch.setattr(gke_rules, "DCGM_FLOOR", gke_rules.VersionFloor("1.20.0-gke.1", "DCGM", "test"))
+    monkeypatch.setitem(
+        GPU_PRESETS, "nvidia-b200", dataclasses.replace(GPU_PRESETS["nvidia-b200"], min_gke_version="1.20.0-gke.1")
+    )
+    public = {"privateNodes": False}  # private nodes have a floor of their own (1.29), above this one
+    expect_error(
+        "gkeVersion", "1.28.2-gke.1", "imageCacheDisk", gkeVersion="1.28.2-gke.1", imageCacheDisk="c", **public
+    )
+    assert settings_with(gkeVersion="1.28.2-gke.1", **public).gke_version == "1.28.2-gke.1"
+
+
+def test_every_ray_pod_leaves_room_for_the_image_holder():
+    """The pre-pull DaemonSet's container runs beside every Ray pod: the sizing check counts it."""
+    from infra.settings import IMAGE_HOLDER, LOG_SIDECAR, check_fits
+    from infra.sizing import allocatable_cpu, cpu_cores
+
+    room = allocatable_cpu(224) - cpu_cores(LOG_SIDECAR.cpu)
+    exact = f"{int(room * 1000)}m"  # fits with the sidecar alone, not with the holder too
+    assert cpu_cores(exact) + cpu_cores(IMAGE_HOLDER.cpu) > room
+    expect_error("rayWorker.cpu", exact, "at most", rayWorker={"cpu": exact, "memory": "2400Gi"})
+    check_fits("x", PodResources(cpu=exact, memory="1Gi"), "a4-highgpu-8g", 224, 3968)  # the same without it

@@ -191,3 +191,14 @@ def test_rendered_timeline_names_the_path_and_the_totals(dev_plan: Plan):
     lustre = t.steps["Instance/lustre"]
     assert f"{lustre.start:6.2f} -> {lustre.end:6.2f}  Instance/lustre" in text
     assert timeline.DURATIONS[LUSTRE].source in text
+
+
+def test_the_evaluations_are_modeled_as_the_run_estimate_counts_them(dev_plan: Plan):
+    from launcher.settings import EVAL_MINUTES
+
+    for step in ("eval-base", "eval-final"):
+        assert timeline.RUN_STEP_DURATIONS[step].minutes == EVAL_MINUTES  # estimatedRun uses the same figure
+        assert timeline.RUN_STEP_DURATIONS[step].source.startswith("estimate: ")
+    text = timeline.render_run_steps([s["step"] for s in dev_plan.jobs.outputs["pipeline"]])
+    assert "eval-base" in text and "eval-final" in text and f"{2 * EVAL_MINUTES:6.2f} min  in all" in text
+    assert timeline.render_run_steps(["prepare-data", "train"]) == ""

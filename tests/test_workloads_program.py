@@ -213,7 +213,7 @@ def test_release_waits_for_everything_the_pods_need(stack_run):
 def test_head_network_policy(stack_run):
     stack, run = stack_run
     cluster = f"{stack_config(stack)['nemo-rl-gke:clusterName']}-ray"
-    spec = run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy").inputs["spec"]
+    spec = run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "ray-head-policy").inputs["spec"]
     assert spec["podSelector"]["matchLabels"] == {"ray.io/cluster": cluster, "ray.io/node-type": "head"}
     assert spec["policyTypes"] == ["Ingress"]
     sources = [peer for rule in spec["ingress"] for peer in rule["from"]]

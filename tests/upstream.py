@@ -50,11 +50,21 @@ class NemoRlRefusedError(Exception):
     """NeMo RL's loader refused the recipe or an override; the message is the loader's one line."""
 
 
-def resolve_with_nemo_rl(nemo_rl_dir: Path, entry_args: list[str]) -> dict[str, Any]:
-    """The config NeMo RL's GRPO entrypoint would train with, given the words it gets after its script name
-    (`--config=RECIPE` and the overrides), resolved by the loader of the NeMo RL tree `nemo_rl_dir`."""
+def resolve_with_nemo_rl(nemo_rl_dir: Path, entry_args: list[str], entrypoint: str = "grpo") -> dict[str, Any]:
+    """The config NeMo RL's GRPO entrypoint (or, with entrypoint="run_eval", examples/run_eval.py) would run with,
+    given the words it gets after its script name (`--config=...` and the overrides), resolved by the loader of the
+    NeMo RL tree `nemo_rl_dir`."""
     result = subprocess.run(
-        [str(nemo_rl_python()), str(NEMORL_CONFIG), "--nemo-rl", str(nemo_rl_dir), "--", *entry_args],
+        [
+            str(nemo_rl_python()),
+            str(NEMORL_CONFIG),
+            "--nemo-rl",
+            str(nemo_rl_dir),
+            "--entrypoint",
+            entrypoint,
+            "--",
+            *entry_args,
+        ],
         capture_output=True,
         text=True,
         timeout=120,

@@ -12,6 +12,11 @@ parse_known_args with a --config option, the recipe path relative to DIR), the r
 unknown key without `+` is an error), and the config is resolved as the entrypoint resolves it
 (`OmegaConf.to_container(resolve=True)`). Exit codes: 0 printed, 1 NeMo RL refused the overrides or the recipe,
 2 usage.
+
+With `--entrypoint run_eval` the words are taken as examples/run_eval.py takes them instead: --config defaults to
+examples/configs/evals/eval.yaml, and when there are overrides, every word it was given is read with
+`OmegaConf.from_cli` and merged into the loaded config with `OmegaConf.merge` (not struct: an unknown key is added,
+not refused; a `+` prefix would become part of a key), then resolved the same way.
 """
 
 from __future__ import annotations
@@ -52,11 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     cut = argv.index("--")
     own = argparse.ArgumentParser(prog="nemorl_config.py")
     own.add_argument("--nemo-rl", required=True, type=Path, help="a NeMo RL source tree")
+    own.add_argument("--entrypoint", choices=("grpo", "run_eval"), default="grpo", help="whose way to read the words")
     args = own.parse_args(argv[:cut])
     nemo_rl_dir = args.nemo_rl.resolve()
     if not (nemo_rl_dir / "nemo_rl" / "utils" / "config.py").is_file():
         print(f"nemorl_config: {nemo_rl_dir} has no nemo_rl/utils/config.py", file=sys.stderr)
         return 2
+
+    if args.entrypoint == "run_eval":
+        return resolve_like_run_eval(nemo_rl_dir, argv[cut + 1 :])
 
     # The entrypoint's own command line: --config, everything else is an override.
     entry = argparse.ArgumentParser(prog="run_grpo")
@@ -77,6 +86,31 @@ def main(argv: list[str] | None = None) -> int:
             config = config_module.parse_hydra_overrides(config, overrides)
         resolved = OmegaConf.to_container(config, resolve=True)
     except Exception as exc:  # NeMo RL's own refusal, one line
+        message = " ".join(str(exc).split())
+        print(f"nemorl_config: NeMo RL refused the config: {type(exc).__name__}: {message}", file=sys.stderr)
+        return 1
+    json.dump(resolved, sys.stdout, sort_keys=True)
+    print()
+    return 0
+
+
+def resolve_like_run_eval(nemo_rl_dir: Path, words: list[str]) -> int:
+    """examples/run_eval.py's parse_args and main up to the resolved config (the same at v0.5.0 and v0.7.0)."""
+    entry = argparse.ArgumentParser(prog="run_eval")
+    entry.add_argument("--config", type=str, default=None)
+    entry_args, remaining = entry.parse_known_args(words)
+    config_module = load_nemo_rl_config_module(nemo_rl_dir)
+    from omegaconf import OmegaConf
+
+    os.chdir(nemo_rl_dir)
+    try:
+        overrides = OmegaConf.from_dotlist(remaining)
+        config = config_module.load_config(entry_args.config or "examples/configs/evals/eval.yaml")
+        if overrides:
+            # run_eval.py reads sys.argv[1:] again here: all its words, --config=... included.
+            config = OmegaConf.merge(config, OmegaConf.from_cli(list(words)))
+        resolved = OmegaConf.to_container(config, resolve=True)
+    except Exception as exc:
         message = " ".join(str(exc).split())
         print(f"nemorl_config: NeMo RL refused the config: {type(exc).__name__}: {message}", file=sys.stderr)
         return 1

@@ -7,7 +7,8 @@ placeholder secrets, and writes build/<stack>/:
   pipeline.yaml                     the Ray jobs the launcher submits, in order
   resources.txt, resources.json     the resource tree: type, name, key properties, what each depends on
   outputs.json                      both stacks' outputs, secret outputs as "[secret]"
-  timeline.txt                      the modeled provisioning timeline (tools/timeline.py)
+  timeline.txt                      the modeled provisioning timeline (tools/timeline.py), then the start-up to the
+                                    end of the first GRPO step, cold and warm (tools/first_step.py)
   cost.txt                          the estimated cost (infra estimatedCost, job estimatedRun), as the README quotes it
 Everything written is deterministic (sorted keys, stable order, no timestamps, no absolute paths), so a checked-in
 copy (tests/golden/) shows any change to what gets deployed in review. The folder is replaced as a whole, but only
@@ -33,7 +34,7 @@ if str(ROOT) not in sys.path:  # `python tools/plan.py` puts tools/ first, not t
     sys.path.insert(0, str(ROOT))
 
 from infra.cost import USER_RATE, dollars, summary_lines  # noqa: E402
-from tools import timeline  # noqa: E402
+from tools import first_step, timeline  # noqa: E402
 from tools.offline import (  # noqa: E402
     REDACTED,
     MissingConfigError,
@@ -70,6 +71,9 @@ KIND_ORDER = (
     "PersistentVolumeClaim",
     "GKENetworkParamSet",
     "Network",
+    "Service",
+    "Deployment",
+    "DaemonSet",
     "Job",
 )
 
@@ -423,8 +427,15 @@ def pipeline_doc(plan: Plan) -> dict[str, Any]:
     }
 
 
+def startup(plan: Plan) -> first_step.Result:
+    """The modeled start-up to the first GRPO step (tools/first_step.py)."""
+    return first_step.model(first_step.inputs_from_plan(plan))
+
+
 def timeline_text(plan: Plan) -> str:
-    return timeline.render(plan.timeline, lustre_label="Instance/lustre", cluster_label="Cluster/gke")
+    steps = [step["step"] for step in plan.jobs.outputs.get("pipeline", [])]
+    provisioning = timeline.render(plan.timeline, lustre_label="Instance/lustre", cluster_label="Cluster/gke")
+    return provisioning + timeline.render_run_steps(steps) + "\n" + first_step.render(startup(plan))
 
 
 def cost_text(plan: Plan) -> str:
@@ -552,6 +563,7 @@ def summary(plan: Plan, out_dir: Path, files: Mapping[str, str]) -> str:
             f"  Lustre builds beside the cluster ({lustre.start:.1f}-{lustre.end:.1f} min vs "
             f"{cluster.start:.1f}-{cluster.end:.1f} min); see timeline.txt"
         )
+    lines += [f"  {line}" for line in first_step.summary_lines(startup(plan))]
     return "\n".join(lines)
 
 

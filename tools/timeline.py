@@ -81,7 +81,9 @@ DURATIONS: Mapping[str, Duration] = {
     "gcp:container/cluster:Cluster": Duration(
         8.0, "estimate: 5-8 min for a regional Standard control plane with its temporary default pool"
     ),
-    "gcp:container/nodePool:NodePool": Duration(4.0, "estimate: 3-5 min (the GPU pool starts at zero nodes)"),
+    "gcp:container/nodePool:NodePool": Duration(
+        4.0, "estimate: 3-5 min for the pool; its GPU nodes' boot is modeled in the first-step phases (first_step.py)"
+    ),
     "gcp:lustre/instance:Instance": Duration(30.0, _LUSTRE_SOURCE),
     "pulumi:providers:kubernetes": Duration(0.0, "no cloud call: configuration only"),
     "pulumi:pulumi:StackReference": Duration(0.05, "estimate: one read of the infra stack's outputs"),
@@ -89,6 +91,9 @@ DURATIONS: Mapping[str, Duration] = {
         1.0, "estimate: ~1 min, chart fetch and install; skipAwait, so no wait for the pods"
     ),
     "kubernetes:yaml/v2:ConfigFile": Duration(0.1, "estimate: seconds, fetch one manifest and apply a DaemonSet"),
+    "kubernetes:apps/v1:DaemonSet": Duration(
+        0.05, "estimate: seconds; skipAwait, so no wait for its pods or their image pulls (Kubernetes object)"
+    ),
     "kubernetes:core/v1:Namespace": Duration(0.05, "estimate: seconds (Kubernetes object)"),
     "kubernetes:core/v1:Secret": Duration(0.05, "estimate: seconds (Kubernetes object)"),
     "kubernetes:core/v1:ConfigMap": Duration(0.05, "estimate: seconds (Kubernetes object)"),
@@ -105,12 +110,42 @@ DURATIONS: Mapping[str, Duration] = {
     ),
     "kubernetes:rbac.authorization.k8s.io/v1:Role": Duration(0.05, "estimate: seconds (Kubernetes object)"),
     "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding": Duration(0.05, "estimate: seconds (Kubernetes object)"),
+    "kubernetes:apps/v1:Deployment": Duration(
+        0.1, "estimate: seconds; the provider waits for the pod, which starts from an image already on the node"
+    ),
+    "kubernetes:core/v1:Service": Duration(0.05, "estimate: seconds (Kubernetes object)"),
     "gcp:storage/bucket:Bucket": Duration(0.1, "estimate: seconds"),
     "gcp:storage/bucketIAMMember:BucketIAMMember": Duration(
         0.25, "estimate: seconds (one IAM policy read-modify-write)"
     ),
 }
 DEFAULT_DURATION = Duration(0.5, "estimate: default for a type without a figure")
+
+# The run after `pulumi up`: how long pipeline steps hold the GPU nodes, one row per step with a figure (steps
+# without a row are not modeled here). Keyed by the pipeline's step names.
+RUN_STEP_DURATIONS: Mapping[str, Duration] = {
+    "eval-base": Duration(
+        8.0,
+        "estimate: 6-8 min per GSM8K evaluation of a 27B model on one 8-GPU node, mostly vLLM start-up (GKE sample)",
+    ),
+    "eval-final": Duration(
+        8.0,
+        "estimate: 6-8 min per GSM8K evaluation of a 27B model on one 8-GPU node, mostly vLLM start-up (GKE sample)",
+    ),
+}
+
+
+def render_run_steps(step_names: Iterable[str]) -> str:
+    """The modeled run steps of a pipeline, in its order, with their figures; "" when none has a row."""
+    rows = [(name, RUN_STEP_DURATIONS[name]) for name in step_names if name in RUN_STEP_DURATIONS]
+    if not rows:
+        return ""
+    lines = ["", "Run steps after `pulumi up` (modeled ones only):"]
+    lines += [f"  {d.minutes:6.2f} min  {name}: {d.source}" for name, d in rows]
+    lines.append(f"  {sum(d.minutes for _, d in rows):6.2f} min  in all")
+    return "\n".join(lines) + "\n"
+
+
 COMPONENT = Duration(0.0, "component: takes no time itself")
 
 

@@ -31,6 +31,16 @@ from workloads.nics import DEFAULT_INTERFACE, extra_nics, pod_network_annotation
 # Where things are inside the Ray containers.
 LUSTRE_MOUNT_PATH = "/data"
 HF_HOME = f"{LUSTRE_MOUNT_PATH}/hf-cache"  # models and datasets download once, for every pod
+# Compile caches on Lustre, shared by every Ray pod and kept across runs: a re-run or a retried attempt loads vLLM's
+# torch.compile artifacts and Inductor's kernels instead of compiling again. The variable names are the ones the
+# image's releases read: VLLM_CACHE_ROOT (vllm/envs.py; default ~/.cache/vllm, whose torch_compile_cache/ vLLM's
+# docs say may be copied to skip compilation: docs.vllm.ai/en/v0.11.2/design/torch_compile/) and
+# TORCHINDUCTOR_CACHE_DIR (torch/_inductor/runtime/cache_dir_utils.py; default /tmp/torchinductor_<user>).
+COMPILE_CACHE_DIR = f"{LUSTRE_MOUNT_PATH}/compile-cache"
+COMPILE_CACHE_ENV = {
+    "VLLM_CACHE_ROOT": f"{COMPILE_CACHE_DIR}/vllm",
+    "TORCHINDUCTOR_CACHE_DIR": f"{COMPILE_CACHE_DIR}/torchinductor",
+}
 RAY_TMP_DIR = "/tmp/ray"
 RAY_LOG_DIR = f"{RAY_TMP_DIR}/session_latest/logs"
 SHM_DIR = "/dev/shm"
@@ -57,6 +67,13 @@ FLUENT_BIT_CONFIG_FILE = "fluent-bit.conf"
 FLUENT_BIT_POD_ENV = "POD_NAME"
 FLUENT_BIT_LOCATION_ENV = "CLUSTER_LOCATION"
 LOG_NAME = "ray"  # Cloud Logging log id of the shipped Ray logs
+
+# The dashboard's static files are symlinks in NeMo RL's image (v0.5.0 syncs its venv with `uv sync --link-mode
+# symlink`, so ray/dashboard/client/build points into uv's cache). Ray serves /static with aiohttp's static route,
+# which without follow_symlinks refuses (404) a file whose real path leaves the folder: index.html loads, its
+# scripts do not, and the dashboard is blank (NVIDIA-NeMo/RL#1476). Ray 2.49.2 and 2.55.1 turn follow_symlinks on
+# when this is "1" (dashboard/http_server_head.py). Only the head serves the dashboard.
+DASHBOARD_FOLLOW_SYMLINKS_ENV = "RAY_DASHBOARD_BUILD_FOLLOW_SYMLINKS"
 
 OVERWRITE_CONTAINER_CMD = "ray.io/overwrite-container-cmd"
 GENERATED_START_CMD_ENV = "KUBERAY_GEN_RAY_START_CMD"
@@ -171,6 +188,7 @@ def _shared_env(refs: RayClusterRefs) -> list[dict[str, Any]]:
     """Env for the Ray container of every group: the Hugging Face cache on Lustre and the tokens, each read
     from the Secret by reference (the values never enter the chart values)."""
     env = [_env("HF_HOME", HF_HOME)]
+    env += [_env(name, path) for name, path in COMPILE_CACHE_ENV.items()]
     env += [
         {"name": key, "valueFrom": {"secretKeyRef": {"name": refs.secret_name, "key": key}}} for key in refs.secret_keys
     ]
@@ -224,6 +242,7 @@ def _head(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
         "labels": {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": "ray-head"},
         "serviceAccountName": refs.service_account,
+        "containerEnv": [_env(DASHBOARD_FOLLOW_SYMLINKS_ENV, "1")],
         "command": _bash(head_start_script()),
         "ports": [
             {"name": "gcs-server", "containerPort": GCS_PORT},

@@ -11,6 +11,7 @@ from infra.cluster import CPU_POOL_NAME
 from infra.settings import InfraSettings, Secrets
 from infra.stack import Infra
 from workloads.identity import RayIdentity, RayIdentityArgs
+from workloads.image_prepull import ImagePrepull, ImagePrepullArgs
 from workloads.nccl_installer import NcclInstaller
 from workloads.network_objects import NetworkMapping, NetworkMappingArgs
 from workloads.network_policy import SUBMITTER_LABEL, RayHeadPolicy, RayHeadPolicyArgs
@@ -28,6 +29,7 @@ from workloads.ray_values import (
 from workloads.raycluster import RayCluster, RayClusterArgs
 from workloads.secrets import Tokens, TokensArgs, token_keys
 from workloads.storage import LustreVolume, LustreVolumeArgs
+from workloads.tensorboard import TensorBoard, TensorBoardArgs, port_forward_command
 
 RELEASE_NAME = "ray-cluster"
 # Namespaces Kubernetes creates itself; any other configured namespace is created here.
@@ -42,6 +44,8 @@ class Workloads:
     identity: RayIdentity
     ray: RayCluster
     policy: RayHeadPolicy
+    prepull: ImagePrepull
+    tensorboard: TensorBoard | None = None
 
 
 def ray_cluster_refs(settings: InfraSettings, secret_keys: tuple[str, ...]) -> RayClusterRefs:
@@ -70,6 +74,12 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
         namespace = k8s.core.v1.Namespace(
             "namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=settings.namespace), opts=provider
         ).metadata.name
+
+    # Every node starts pulling the NeMo RL image as soon as it joins: this waits for the cluster alone (its
+    # provider), not for Lustre or the Ray cluster, so the pull leaves the path to the first GRPO step.
+    prepull = ImagePrepull(
+        "image-prepull", ImagePrepullArgs(name=f"{prefix}-image-prepull", image=settings.nemo_rl_image), opts=provider
+    )
 
     nics = extra_nics(settings.preset.rdma_nics)
     networks = infra.networks
@@ -165,7 +175,34 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
         ),
         opts=provider,
     )
-    return Workloads(refs=refs, tokens=tokens, volume=volume, identity=identity, ray=ray, policy=policy)
+    tensorboard = None
+    if settings.tensorboard:
+        tensorboard = TensorBoard(
+            "tensorboard",
+            TensorBoardArgs(
+                name=tensorboard_name(settings),
+                namespace=namespace,
+                image=settings.nemo_rl_image,
+                cpu_pool_name=CPU_POOL_NAME,
+                pvc_name=refs.pvc_name,
+                mount_path=LUSTRE_MOUNT_PATH,
+            ),
+            opts=pulumi.ResourceOptions(provider=infra.cluster.provider, depends_on=[volume.pvc]),
+        )
+    return Workloads(
+        refs=refs,
+        tokens=tokens,
+        volume=volume,
+        identity=identity,
+        ray=ray,
+        policy=policy,
+        prepull=prepull,
+        tensorboard=tensorboard,
+    )
+
+
+def tensorboard_name(settings: InfraSettings) -> str:
+    return f"{settings.cluster_name}-tensorboard"
 
 
 def export_workloads(settings: InfraSettings, workloads: Workloads) -> None:
@@ -194,6 +231,11 @@ def export_workloads(settings: InfraSettings, workloads: Workloads) -> None:
     release = settings.nemo_rl_release
     pulumi.export("nemoRlRelease", release.as_output() if release else None)
     pulumi.export("exportBucket", settings.export_bucket_name)
+    # TensorBoard over every run's event files, read-only; "" when `tensorboard` is off.
+    pulumi.export(
+        "tensorboardPortForward",
+        port_forward_command(settings.namespace, tensorboard_name(settings)) if workloads.tensorboard else "",
+    )
     pulumi.export(
         "dashboardPortForward",
         f"kubectl --namespace {settings.namespace} port-forward service/{service} {DASHBOARD_PORT}:{DASHBOARD_PORT}",

@@ -21,6 +21,9 @@ SCRIPT_FILES = (
     "scripts/convert_checkpoint.py",
     "scripts/checkpoint_guard.py",
     "scripts/export_gcs.py",
+    "scripts/eval_model.py",
+    "scripts/eval_summary.py",
+    "scripts/prefetch_weights.py",
     "preflight/nccl_allreduce.py",
     "preflight/lustre_io.py",
 )

@@ -13,6 +13,13 @@ NEMO_RL_DIR = "/opt/nemo-rl"  # where the NeMo RL image keeps its sources and uv
 SCRIPTS_MOUNT = "/opt/launcher"  # the ConfigMap with our scripts, inside the submitter pod
 SUBMITTER = f"{SCRIPTS_MOUNT}/ray_submit.py"
 WAIT_FOR_WORKERS = f"{SCRIPTS_MOUNT}/wait_for_workers.py"
+EVAL_SUMMARY = f"{SCRIPTS_MOUNT}/eval_summary.py"
+# NeMo RL's evaluation (the same script and base config at v0.5.0 and v0.7.0), relative to its sources.
+EVAL_ENTRYPOINT = "examples/run_eval.py"
+EVAL_CONFIG = "examples/configs/evals/eval.yaml"
+# The prompt every shipped recipe trains with (data.prompt_file up to v0.5.0, data.default.prompt_file from v0.6.0;
+# tests resolve each recipe to it): the evaluations ask in the same words. eval.yaml's own default is no prompt.
+TRAINING_PROMPT_FILE = "examples/prompts/cot.txt"
 # How long the submitter waits for a deleted run's Ray job to reach STOPPED; the pod's grace period covers it.
 STOP_TIMEOUT_S = 30
 
@@ -92,6 +99,15 @@ def model_uri(job: JobSettings, infra: InfraOutputs) -> str:
     return f"{checkpoint_dir(job, infra)}/hf"
 
 
+def eval_dir(job: JobSettings, infra: InfraOutputs) -> str:
+    """Per-sample results of both evaluations (base/, final/) and the summary JSON."""
+    return f"{checkpoint_dir(job, infra)}/eval"
+
+
+def eval_summary_file(job: JobSettings, infra: InfraOutputs) -> str:
+    return f"{eval_dir(job, infra)}/summary.json"
+
+
 def scripts_dir(job: JobSettings, infra: InfraOutputs) -> str:
     """Our scripts, copied to Lustre per run so every Ray node sees the same files."""
     return f"{checkpoint_dir(job, infra)}/scripts"
@@ -159,15 +175,81 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
         f"logger.log_dir={log_dir(job, infra)}",
         *data_overrides(infra),
     ]
+    # TensorBoard event files under the log dir on every run, with or without W&B: the infra's TensorBoard serves
+    # them from Lustre, so every run's metrics stay readable in the cluster.
     if "WANDB_API_KEY" in infra.secret_keys:
-        overrides += [
-            "logger.wandb_enabled=True",
-            f"logger.wandb.name={job.run_name}",
-            "logger.tensorboard_enabled=False",
-        ]
-    else:  # no W&B: TensorBoard event files under the log dir, so every run leaves its metrics somewhere
-        overrides += ["logger.wandb_enabled=False", "logger.tensorboard_enabled=True"]
+        overrides += ["logger.wandb_enabled=True", f"logger.wandb.name={job.run_name}"]
+    else:
+        overrides.append("logger.wandb_enabled=False")
+    overrides.append("logger.tensorboard_enabled=True")
     return overrides + list(job.extra_overrides)
+
+
+def _override_value(job: JobSettings, key: str) -> str | None:
+    """The value an extraOverride gives `key` (the last one wins, as in NeMo RL), or None."""
+    for item in reversed(job.extra_overrides):
+        name, _, value = item.partition("=")
+        if name.lstrip("+~") == key:
+            return value
+    return None
+
+
+def training_prompt_file(job: JobSettings, infra: InfraOutputs) -> str:
+    """The prompt file the run trains with: the recipe's, unless an extraOverride replaces it."""
+    key = "data.prompt_file" if infra.nemo_rl_release.data_layout == FLAT_DATA else "data.default.prompt_file"
+    return _override_value(job, key) or TRAINING_PROMPT_FILE
+
+
+def eval_overrides(job: JobSettings, infra: InfraOutputs, save_path: str) -> list[str]:
+    """Overrides for run_eval.py on eval.yaml: GSM8K's test split (the prepared test.jsonl, read by NeMo RL's local
+    math dataset, its fallback for a name it has no built-in set for) in the training prompt, greedy, one sample per
+    problem, pass@1, on one GPU node with the run's vLLM tensor parallelism (the size training generates with).
+
+    run_eval.py merges its arguments with OmegaConf.from_cli, not Hydra: plain key=value, no `+` (new keys are simply
+    added). The model is added by eval_model.py, which knows it only on the cluster (the recipe's policy.model_name,
+    or the converted model)."""
+    data = dataset_dir(infra)
+    return [
+        "eval.metric=pass@k",
+        "eval.k_value=1",
+        "eval.num_tests_per_prompt=1",
+        f"eval.save_path={save_path}",
+        "generation.temperature=0.0",
+        f"generation.vllm_cfg.tensor_parallel_size={job.vllm_tensor_parallel_size}",
+        "cluster.num_nodes=1",
+        f"cluster.gpus_per_node={infra.gpus_per_node}",
+        f"data.dataset_name={data}/test.jsonl",
+        "data.file_format=json",
+        "data.split=train",  # the datasets library names the one split of a plain JSON file "train"
+        "data.problem_key=input",
+        "data.solution_key=output",
+        f"data.prompt_file={training_prompt_file(job, infra)}",
+    ]
+
+
+def eval_step(name: str, model: list[str], job: JobSettings, infra: InfraOutputs) -> Step:
+    """eval-base or eval-final: eval_model.py picks the model, then runs NeMo RL's run_eval.py with eval.yaml."""
+    save_path = f"{eval_dir(job, infra)}/{name.removeprefix('eval-')}"
+    return Step(
+        name,
+        f"{job.run_name}-{name}",
+        _in_nemo_rl(
+            f"{scripts_dir(job, infra)}/eval_model.py",
+            *model,
+            "--",
+            EVAL_ENTRYPOINT,
+            f"--config={EVAL_CONFIG}",
+            *eval_overrides(job, infra, save_path),
+        ),
+        on_failure="the driver log above (model access with HF_TOKEN, vLLM start-up and GPU memory)",
+    )
+
+
+def base_model_args(job: JobSettings) -> list[str]:
+    """How eval-base names the model training starts from: an extraOverride's policy.model_name, else the recipe's
+    (read on the cluster with NeMo RL's own loader)."""
+    model = _override_value(job, "policy.model_name")
+    return [f"--model={model}"] if model else [f"--model-of-recipe={job.recipe}"]
 
 
 def _in_nemo_rl(script: str, *args: str) -> list[str]:
@@ -224,7 +306,21 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
             on_failure="access to the Hugging Face hub (HF_TOKEN) and the Lustre mount",
         )
     )
-    train = _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, f"--config={job.recipe}", *grpo_overrides(job, infra))
+    train_args = [f"--config={job.recipe}", *grpo_overrides(job, infra)]
+    # Every model the run reads, into HF_HOME on Lustre before the base evaluation and train: their vLLM and policy
+    # workers then load from the cache instead of downloading while they start. It takes the train step's own
+    # arguments, resolves them with the image's NeMo RL and skips models already complete.
+    steps.append(
+        Step(
+            "prefetch-weights",
+            f"{job.run_name}-prefetch-weights",
+            _in_nemo_rl(f"{scripts}/prefetch_weights.py", "--", *train_args),
+            on_failure="access to the Hugging Face hub (HF_TOKEN, the model licence accepted on the hub) and Lustre",
+        )
+    )
+    if job.eval_base:
+        steps.append(eval_step("eval-base", base_model_args(job), job, infra))
+    train = _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, *train_args)
     steps.append(
         Step(
             "train",
@@ -268,7 +364,39 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
                 on_failure="the Ray service account's object access on the export bucket (Workload Identity)",
             )
         )
+    if job.eval_final:  # after the export: a failed evaluation does not hold the model back
+        steps.append(eval_step("eval-final", [f"--model={ckpt}/hf"], job, infra))
     return steps
+
+
+# The container of KubeRay's head pod (the ray-cluster chart's name for it).
+RAY_HEAD_CONTAINER = "ray-head"
+
+
+def eval_summary_show_command(job: JobSettings, infra: InfraOutputs) -> str:
+    """A workstation command that prints the run's accuracy summary (JSON on Lustre), read inside the Ray head, which
+    mounts /data; "" when the run evaluates nothing."""
+    if not (job.eval_base or job.eval_final):
+        return ""
+    head_service = infra.ray_address.removeprefix("http://").split(".", 1)[0]
+    return (
+        f"kubectl --namespace {infra.namespace} exec service/{head_service} -c {RAY_HEAD_CONTAINER} -- "
+        f"cat {eval_summary_file(job, infra)}"
+    )
+
+
+def eval_summary_command(job: JobSettings, infra: InfraOutputs) -> list[str]:
+    """The submitter's last command: accuracy from the evaluations' per-sample rewards, a JSON summary, and the
+    log's last line. Empty without evaluations."""
+    if not (job.eval_base or job.eval_final):
+        return []
+    folder = eval_dir(job, infra)
+    command = ["python", EVAL_SUMMARY, f"--dataset={dataset_dir(infra)}/test.jsonl"]
+    if job.eval_base:
+        command.append(f"--base={folder}/base")
+    if job.eval_final:
+        command.append(f"--trained={folder}/final")
+    return [*command, f"--output={eval_summary_file(job, infra)}"]
 
 
 def entrypoint_text(step: Step) -> str:
@@ -356,4 +484,7 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
             "}",
         ]
     lines.append(f"echo 'all {len(steps)} steps succeeded; checkpoints in {checkpoint_dir(job, infra)}'")
+    summary = eval_summary_command(job, infra)
+    if summary:  # last, so the accuracy line ends the Job's log
+        lines.append(shlex.join(summary))
     return "\n".join(lines) + "\n"

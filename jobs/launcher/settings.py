@@ -51,6 +51,9 @@ class UnknownKeyError(ConfigError):
 # NeMo RL's performance summary (v0.5): GRPO on Llama 3.1 8B, 16 H100s, 92.8 s per step. A published anchor for the
 # run estimate, not a prediction for another model: set secondsPerStep from your own runs.
 DEFAULT_SECONDS_PER_STEP = 92.8
+# Minutes one GSM8K evaluation (eval-base, eval-final) holds the run's GPU nodes: 6-8 minutes for Gemma 3 27B on one
+# 8-GPU node, most of it vLLM start-up (the GKE sample's logs). An estimate, taken at its upper end.
+EVAL_MINUTES = 8.0
 
 
 # The data layouts the pipeline writes overrides for; the infra's release table (infra/nemo_rl_releases.py) names one
@@ -133,6 +136,9 @@ class JobSettings:
     stop_on_delete: bool  # stop the run's Ray jobs when the job stack is destroyed
     # Run estimate (jobs/launcher/cost.py): seconds one GRPO step takes on numNodes nodes.
     seconds_per_step: float = DEFAULT_SECONDS_PER_STEP
+    # GSM8K test accuracy before training (the recipe's model) and after it (the converted model).
+    eval_base: bool = True
+    eval_final: bool = True
 
     @property
     def train_global_batch_size(self) -> int:
@@ -361,6 +367,13 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
             "maxRestarts", max_restarts, f"0..{MAX_RESTARTS}: retries of a failed training attempt (0 = none)"
         )
 
+    convert_to_hf = _bool("convertToHf", values.get("convertToHf", True))
+    eval_final = _bool("evalFinal", values.get("evalFinal", True))
+    if eval_final and not convert_to_hf:
+        raise ConfigError(
+            "evalFinal", eval_final, "false when convertToHf is false: the trained model is evaluated in HF format"
+        )
+
     return JobSettings(
         infra_stack=infra_stack,
         run_name=run_name,
@@ -373,7 +386,7 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         vllm_tensor_parallel_size=vllm_tp,
         vllm_gpu_memory_utilization=utilization,
         dtensor_tensor_parallel_size=dtensor_tp,
-        convert_to_hf=_bool("convertToHf", values.get("convertToHf", True)),
+        convert_to_hf=convert_to_hf,
         extra_overrides=tuple(extra),
         preflight=PreflightSettings(
             enabled=_bool("preflight", values.get("preflight", True)),
@@ -385,6 +398,8 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         seconds_per_step=seconds_per_step,
         max_restarts=max_restarts,
         stop_on_delete=_bool("stopOnDelete", values.get("stopOnDelete", True)),
+        eval_base=_bool("evalBase", values.get("evalBase", True)),
+        eval_final=eval_final,
     )
 
 
@@ -393,6 +408,7 @@ _PLAIN_KEYS = (
     "numGenerationsPerPrompt", "vllmTensorParallelSize", "vllmGpuMemoryUtilization", "dtensorTensorParallelSize",
     "convertToHf", "preflight", "preflightMinBusbwGbps", "preflightLustreGibPerNode", "preflightLustreMinFraction",
     "waitForWorkersMinutes", "secondsPerStep", "maxRestarts", "stopOnDelete",
+    "evalBase", "evalFinal",
 )  # fmt: skip
 
 

@@ -11,6 +11,11 @@ So the converter writes into a fresh work folder beside the output (cleared of a
 written last, and only then does the work folder take the output's place by rename (atomic within one directory,
 Lustre included). The output therefore either holds a complete, marked conversion or is not replaced; a retry
 always starts clean.
+
+The converter saves the model's config, weights and tokenizer, not its processor: vLLM loads Gemma 3 as the
+multimodal Gemma3ForConditionalGeneration, which needs preprocessor_config.json. So the processor files the base
+model has (policy.model_name of the checkpoint's config, from the Hugging Face cache or hub) are copied in too, also
+into a conversion done before this was added.
 """
 
 from __future__ import annotations
@@ -21,9 +26,12 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 CONVERTER = "examples/converters/convert_dcp_to_hf.py"
+# What a multimodal model's processor needs beside the tokenizer, and NeMo RL's converter does not write.
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 MARKER = "_CONVERTED_FROM.json"
 _STEP_RE = re.compile(r"^step_(\d+)$")
 
@@ -48,6 +56,44 @@ def converter_command(step_dir: Path, output_dir: Path) -> list[str]:
     ]
 
 
+def base_model(step_dir: Path) -> str | None:
+    """policy.model_name of the checkpoint's config: the model training started from."""
+    import yaml  # NeMo RL's environment has it; the rest of this script needs only the standard library
+
+    config = yaml.safe_load((step_dir / "config.yaml").read_text()) or {}
+    model = (config.get("policy") or {}).get("model_name")
+    return str(model) if model else None
+
+
+def fetch_model_file(model: str, filename: str) -> Path | None:
+    """One file of a model (a directory or a Hugging Face name, through HF_HOME's cache), or None if it has none."""
+    if Path(model).is_dir():
+        found = Path(model) / filename
+        return found if found.is_file() else None
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.utils import EntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(model, filename))
+    except EntryNotFoundError:
+        return None
+
+
+def add_processor_files(
+    model: str, output_dir: Path, fetch: Callable[[str, str], Path | None] = fetch_model_file
+) -> list[str]:
+    """Copy the base model's processor files the conversion lacks; the names copied."""
+    added = []
+    for name in PROCESSOR_FILES:
+        if (output_dir / name).exists():
+            continue
+        source = fetch(model, name)
+        if source is not None:
+            shutil.copyfile(source, output_dir / name)
+            added.append(name)
+    return added
+
+
 def work_dir(output_dir: Path) -> Path:
     """Where the converter writes before the result is moved into place: beside the output, so the rename stays
     within one directory."""
@@ -64,6 +110,11 @@ def put_in_place(work: Path, output_dir: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def report_processor_files(added: list[str], model: str) -> None:
+    if added:
+        print(f"convert_checkpoint: added {', '.join(added)} from {model}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint-dir", required=True, type=Path)
@@ -75,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"convert_checkpoint: no complete step_N checkpoint under {args.checkpoint_dir}", file=sys.stderr)
         return 1
     marker = args.output_dir / MARKER
+    model = base_model(step_dir)
     if marker.is_file() and json.loads(marker.read_text()).get("step_dir") == str(step_dir):
         print(f"convert_checkpoint: {args.output_dir} already holds {step_dir.name}; skipping")
+        if model:
+            report_processor_files(add_processor_files(model, args.output_dir), model)
         return 0
     work = work_dir(args.output_dir)
     if work.exists():  # left by a conversion that was killed: the converter would refuse it
@@ -90,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"convert_checkpoint: converter exited {result.returncode}", file=sys.stderr)
         return 1
     work.mkdir(exist_ok=True)
+    if model:
+        report_processor_files(add_processor_files(model, work), model)
     (work / MARKER).write_text(json.dumps({"step_dir": str(step_dir)}))
     put_in_place(work, args.output_dir)
     print(f"convert_checkpoint: {step_dir.name} -> {args.output_dir}")

@@ -102,7 +102,7 @@ def test_input_and_output_keys_match_what_prepare_writes(infra_outputs):
     assert f"+data.val_data_path=/data/datasets/gsm8k/{prepare.TEST_FILE}" in overrides
 
 
-def test_wandb_when_the_key_exists_else_tensorboard(infra_outputs):
+def test_wandb_when_the_key_exists_and_tensorboard_always(infra_outputs):
     infra = infra_of(infra_outputs["h200"])
     no_key = grpo_overrides(job_with(infra, runName="r1"), infra)
     assert "logger.tensorboard_enabled=True" in no_key
@@ -112,7 +112,7 @@ def test_wandb_when_the_key_exists_else_tensorboard(infra_outputs):
     overrides = grpo_overrides(job_with(with_key, runName="r1"), with_key)
     assert "logger.wandb_enabled=True" in overrides
     assert "logger.wandb.name=r1" in overrides
-    assert "logger.tensorboard_enabled=False" in overrides
+    assert "logger.tensorboard_enabled=True" in overrides and "logger.tensorboard_enabled=False" not in overrides
     assert "logger.log_dir=/data/r1/logs" in overrides  # logs on Lustre either way
 
 
@@ -213,14 +213,17 @@ def test_pipeline_order_and_idempotent_ids(infra_outputs):
     infra = infra_of(infra_outputs["h200"])
     steps = pipeline_steps(job_with(infra, runName="exp1"), infra)
     assert [s.name for s in steps] == [
-        "preflight-nccl", "preflight-lustre", "prepare-data", "train", "convert-hf", "export-gcs",
+        "preflight-nccl", "preflight-lustre", "prepare-data", "prefetch-weights", "eval-base", "train", "convert-hf",
+        "export-gcs", "eval-final",
     ]  # fmt: skip
     assert [s.submission_id for s in steps] == [f"exp1-{s.name}" for s in steps]
     # Same config, same ids: a restarted pod finds the jobs it already submitted.
     again = pipeline_steps(job_with(infra, runName="exp1"), infra)
     assert [s.submission_id for s in again] == [s.submission_id for s in steps]
-    skipped = pipeline_steps(job_with(infra, runName="exp1", preflight=False, convertToHf=False), infra)
-    assert [s.name for s in skipped] == ["prepare-data", "train"]
+    skipped = pipeline_steps(
+        job_with(infra, runName="exp1", preflight=False, convertToHf=False, evalBase=False, evalFinal=False), infra
+    )
+    assert [s.name for s in skipped] == ["prepare-data", "prefetch-weights", "train"]
 
 
 def test_entrypoints_pin_nothing_at_run_time(infra_outputs):
@@ -273,6 +276,8 @@ def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failu
         "exp2-preflight-nccl",
         "exp2-preflight-lustre",
         "exp2-prepare-data",
+        "exp2-prefetch-weights",
+        "exp2-eval-base",
         "exp2-train",
     ]
     assert "step train did not succeed (exit 3)" in result.stderr
@@ -309,7 +314,8 @@ def test_each_step_is_recorded_on_lustre_and_recorded_steps_wait_for_no_gpu(infr
             ["bash", "-c", script], env={"PATH": f"{fake_bin}:/usr/bin:/bin"}, capture_output=True, text=True
         )
         assert done.returncode == 0, done.stderr
-        return log.read_text().split()
+        # The worker wait and the step submissions, in order (other helpers the script runs are not looked at).
+        return [call for call in log.read_text().split() if call == "wait_for_workers.py" or call in ids]
 
     ids = [step.submission_id for step in steps]
     assert calls() == ["wait_for_workers.py", *ids]
@@ -339,7 +345,8 @@ def test_submitter_gets_the_entrypoint_as_one_bash_command(infra_outputs):
     line = next(line for line in script.splitlines() if "--submission-id=grpo-gsm8k-train" in line)
     words = shlex.split(line.removesuffix(" || {"))
     after = words[words.index("--") + 1 :]
-    assert after[:2] == ["bash", "-c"] and after[2] == entrypoint_text(steps[3])
+    train = next(s for s in steps if s.name == "train")
+    assert after[:2] == ["bash", "-c"] and after[2] == entrypoint_text(train)
     assert f"--address={infra.ray_address}" in words
 
 
@@ -372,7 +379,8 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     assert volumes["launcher"]["configMap"]["name"] == config_map["metadata"]["name"]
     assert set(config_map["data"]) == {
         "ray_submit.py", "wait_for_workers.py", "prepare_gsm8k.py", "convert_checkpoint.py", "nccl_allreduce.py",
-        "lustre_io.py", "checkpoint_guard.py", "export_gcs.py", "pipeline.sh",
+        "lustre_io.py", "checkpoint_guard.py", "export_gcs.py", "eval_model.py", "eval_summary.py",
+        "prefetch_weights.py", "pipeline.sh",
     }  # fmt: skip
     assert config_map["data"]["ray_submit.py"] == (JOBS / "ray_submit.py").read_text()
     # The Job's address and ids come from the infra outputs.
@@ -394,10 +402,14 @@ def test_job_program_pipeline_output_lists_every_step(infra_outputs):
         "smoke-qwen-1p5b-preflight-nccl",
         "smoke-qwen-1p5b-preflight-lustre",
         "smoke-qwen-1p5b-prepare-data",
+        "smoke-qwen-1p5b-prefetch-weights",
+        "smoke-qwen-1p5b-eval-base",
         "smoke-qwen-1p5b-train",
         "smoke-qwen-1p5b-convert-hf",
+        "smoke-qwen-1p5b-eval-final",
     ]
-    train = pipeline[3]["entrypoint"]
+    train = next(step["entrypoint"] for step in pipeline if step["step"] == "train")
+    assert run.outputs["evalSummary"].endswith("cat /data/smoke-qwen-1p5b/eval/summary.json")
     assert "cluster.num_nodes=1" in train and "policy.generation.colocated.enabled=True" in train
 
 
@@ -567,7 +579,7 @@ def test_scripts_run_with_the_images_plain_python_import_only_what_it_has(infra_
     steps = pipeline_steps(job, infra)
     used = {name for s in steps for name in plain_python_scripts(s.entrypoint)}
     used |= set(plain_python_scripts(shlex.split(pipeline_script(job, infra, steps))))
-    assert used == {"checkpoint_guard.py", "export_gcs.py", "ray_submit.py", "wait_for_workers.py"}
+    assert used == {"checkpoint_guard.py", "export_gcs.py", "ray_submit.py", "wait_for_workers.py", "eval_summary.py"}
     files = {Path(f).name: JOBS / f for f in SCRIPT_FILES}
     for name in used:
         tree = ast.parse(files[name].read_text())
@@ -683,9 +695,9 @@ def test_the_model_is_copied_to_the_export_bucket_after_conversion(infra_outputs
     run = run_jobs("h200", infra_outputs)
     assert run.outputs["modelUri"] == "gs://my-gcp-project-nemo-rl-h200-models/gemma3-27b-gsm8k/"
     steps = run.outputs["pipeline"]
-    assert [s["step"] for s in steps][-2:] == ["convert-hf", "export-gcs"]
-    export_words = shlex.split(steps[-1]["entrypoint"])
-    convert_words = shlex.split(steps[-2]["entrypoint"])
+    assert [s["step"] for s in steps][-3:] == ["convert-hf", "export-gcs", "eval-final"]
+    export_words = shlex.split(steps[-2]["entrypoint"])
+    convert_words = shlex.split(steps[-3]["entrypoint"])
     assert "--output-dir=/data/gemma3-27b-gsm8k/hf" in convert_words
     assert "--source=/data/gemma3-27b-gsm8k/hf" in export_words  # what the conversion wrote
     assert "--destination=gs://my-gcp-project-nemo-rl-h200-models/gemma3-27b-gsm8k/" in export_words
@@ -697,7 +709,7 @@ def test_no_export_without_a_bucket_or_a_conversion(infra_outputs):
     run = run_jobs("dev", infra_outputs)  # the dev infra has no export bucket
     assert "export-gcs" not in [s["step"] for s in run.outputs["pipeline"]]
     assert run.outputs["modelUri"] == "/data/smoke-qwen-1p5b/hf"
-    off = run_jobs("h200", infra_outputs, {"convertToHf": False})
+    off = run_jobs("h200", infra_outputs, {"convertToHf": False, "evalFinal": False})
     assert "export-gcs" not in [s["step"] for s in off.outputs["pipeline"]]
     assert off.outputs["modelUri"] == ""
 

@@ -118,7 +118,9 @@ def test_every_v0_7_0_step_as_submitted_lets_init_ray_attach(python, address, v0
     job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, v070_h200)
     steps = pipeline_steps(job, v070_h200)
     distinct = {submit_flags(submit_command(step, job, v070_h200)): step for step in steps}
-    for step in distinct.values():
+    evals = [step for step in steps if step.name.startswith("eval-")]
+    assert [step.name for step in evals] == ["eval-base", "eval-final"]
+    for step in [*distinct.values(), *evals]:
         result = on_2_55_1(submit_command(step, job, v070_h200), python, address, driver, tmp_path)
         assert result.returncode == 0, f"{step.name}:\n{result.stdout}{result.stderr}"
         assert f"init_ray attached; GPUs: {float(HEAD_GPUS)}" in result.stdout, result.stdout

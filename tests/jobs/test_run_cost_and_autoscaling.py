@@ -10,7 +10,13 @@ import pytest
 from conftest import run_infra_stack
 from launcher.cost import run_estimate
 from launcher.pipeline import pipeline_script, pipeline_steps
-from launcher.settings import DEFAULT_SECONDS_PER_STEP, ConfigError, build_infra_outputs, build_job_settings
+from launcher.settings import (
+    DEFAULT_SECONDS_PER_STEP,
+    EVAL_MINUTES,
+    ConfigError,
+    build_infra_outputs,
+    build_job_settings,
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +40,9 @@ def test_run_estimate_uses_the_infra_price(exported):
     hourly = exported["h200"]["estimatedCost"]["gpuNodePerHour"]
     assert infra.gpu_node_hourly_usd == hourly and hourly > 0
     run = run_estimate(job_with(infra, numNodes=2, maxNumSteps=20, secondsPerStep=180), infra)
-    node_hours = 2 * 20 * 180 / 3600  # 2 nodes for 20 steps of 3 minutes
+    # 2 nodes for 20 steps of 3 minutes and two evaluations of EVAL_MINUTES each (the run holds both nodes).
+    node_hours = 2 * (20 * 180 + 2 * EVAL_MINUTES * 60) / 3600
+    assert (run["evals"], run["evalMinutes"]) == (2, 2 * EVAL_MINUTES)
     assert run["gpuHours"] == round(node_hours * 8, 2)
     assert run["usd"] == pytest.approx(round(node_hours * hourly, 2))
     assert run["notes"] == [] and run["pricesReadOn"] == exported["h200"]["estimatedCost"]["pricesReadOn"]
@@ -44,7 +52,9 @@ def test_run_estimate_at_the_users_gpu_rate_says_so():
     outputs = run_infra_stack("h200", overrides={"gpuNodeHourlyPrice": "61.5"}).outputs
     infra = build_infra_outputs(outputs)
     assert infra.gpu_node_hourly_usd == 61.5 and infra.gpu_node_price_from == "gpuNodeHourlyPrice"
-    run = run_estimate(job_with(infra, numNodes=2, maxNumSteps=20, secondsPerStep=180), infra)
+    run = run_estimate(
+        job_with(infra, numNodes=2, maxNumSteps=20, secondsPerStep=180, evalBase=False, evalFinal=False), infra
+    )
     assert (
         run["usd"] == pytest.approx(round(2 * 20 * 180 / 3600 * 61.5, 2)) and run["priceFrom"] == "gpuNodeHourlyPrice"
     )
@@ -56,9 +66,9 @@ def test_run_estimate_without_a_price_says_so(exported):
     outputs = {**exported["dev"], "estimatedCost": {**exported["dev"]["estimatedCost"], "gpuNodePerHour": None}}
     infra = build_infra_outputs(outputs)
     assert infra.gpu_node_hourly_usd is None
-    run = run_estimate(job_with(infra, numNodes=1, generationNodes=0), infra)
+    run = run_estimate(job_with(infra, numNodes=1, generationNodes=0, evalBase=False, evalFinal=False), infra)
     assert run["usd"] is None and run["secondsPerStep"] == DEFAULT_SECONDS_PER_STEP
-    assert run["gpuHours"] == round(1 * 10 * DEFAULT_SECONDS_PER_STEP / 3600 * 8, 2)
+    assert run["gpuHours"] == round(1 * 10 * DEFAULT_SECONDS_PER_STEP / 3600 * 8, 2) and run["evals"] == 0
     assert run["notes"] == ["no price for the infra's GPU nodes: see the infra stack's estimatedCost"]
 
 

@@ -95,17 +95,19 @@ def test_every_step_as_submitted_lets_init_ray_attach(
 ):
     job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, h200)
     steps = pipeline_steps(job, h200)
-    assert {"prepare-data", "train", "convert-hf"} <= {step.name for step in steps}
-    # One submission per distinct way of submitting (steps submitted alike behave alike on Ray; today all are).
+    assert {"prepare-data", "eval-base", "train", "convert-hf", "eval-final"} <= {step.name for step in steps}
+    # One submission per distinct way of submitting (steps submitted alike behave alike on Ray; today all are), and
+    # each evaluation (it runs NeMo RL's run_eval.py, whose init_ray attaches the same way).
     distinct = {submit_flags(submit_command(step, job, h200)): step for step in steps}
-    for step in distinct.values():
+    evals = [step for step in steps if step.name.startswith("eval-")]
+    for step in [*distinct.values(), *evals]:
         result = submit(as_submitted(submit_command(step, job, h200), ray_address, driver, tmp_path))
         output = result.stdout + result.stderr
         assert result.returncode == 0, f"{step.name}:\n{output}"
         assert "init_ray attached; GPUs: 2.0" in result.stdout, f"{step.name}:\n{output}"
         # The pipeline's --record, moved off /data: the outcome is recorded with the command Ray ran.
-        (record,) = tmp_path.glob(f"*/{step.name}.json")
-        assert json.loads(record.read_text())["command"] == shlex.join(driver)
+        records = list(tmp_path.glob(f"*/{step.name}.json"))
+        assert records and all(json.loads(r.read_text())["command"] == shlex.join(driver) for r in records)
 
 
 def test_the_old_job_runtime_env_fails_init_ray(

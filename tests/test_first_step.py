@@ -1,0 +1,167 @@
+"""The modeled start-up to the end of the first GRPO step (tools/first_step.py): its table, its rules, and the goal
+the cuts are held to on the shipped stacks."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from conftest import ROOT
+from upstream import reference, resolve_with_nemo_rl
+
+from tools import first_step
+from tools.plan import EXAMPLE_STACKS, Plan, render_files, run_plan, summary
+
+LINES = (
+    re.compile(r"^first GRPO step, cold: (\d+\.\d) min \(without the start-up cuts: (\d+\.\d) min\)$"),
+    re.compile(r"^first GRPO step, warm: (\d+\.\d) min$"),
+)
+
+
+@pytest.fixture(scope="module")
+def plans() -> dict[str, Plan]:
+    return {stack: run_plan(stack) for stack in EXAMPLE_STACKS}
+
+
+def test_every_figure_has_a_source_or_says_it_is_an_estimate():
+    for table in (first_step.FIGURES, first_step.MODELS):
+        for name, figure in table.items():
+            assert figure.value > 0, name
+            assert re.match(r"(https://\S+|(estimate|derived|published|fact): \S)", figure.source), name
+    # The ones the issue names are checked and cited.
+    assert "magic-modules" not in first_step.FIGURES["gpuNodeBoot"].source
+    assert "unsloth-zoo/pull/972" in first_step.FIGURES["hubDownloadRate"].source
+    assert "hf_transfer" in first_step.FIGURES["hubDownloadRate"].source
+    assert "nemotron-3-nano" in first_step.FIGURES["imageGb"].source
+    assert "gemma3-27b-it" in first_step.FIGURES["vllmInit"].source
+
+
+@pytest.mark.parametrize("stack", EXAMPLE_STACKS)
+def test_timeline_txt_and_the_summary_have_exactly_the_two_lines(plans: dict[str, Plan], stack: str, tmp_path):
+    plan = plans[stack]
+    text = render_files(plan)["timeline.txt"]
+    for pattern in LINES:
+        assert len([line for line in text.splitlines() if pattern.match(line)]) == 1, pattern.pattern
+    printed = summary(plan, tmp_path, {})
+    for pattern in LINES:
+        assert any(pattern.match(line.strip()) for line in printed.splitlines()), pattern.pattern
+    result = first_step.model(first_step.inputs_from_plan(plan))
+    found = re.search(LINES[0].pattern, text, re.M)
+    assert found is not None
+    cold, uncut = (float(x) for x in found.groups())
+    assert (cold, uncut) == (round(result.cold_minutes, 1), round(result.uncut_minutes, 1))
+
+
+def test_the_goal_on_h200(plans: dict[str, Plan]):
+    """With the cuts, the cold first step of h200 is at most 75% of the same model without them, and a warm re-run
+    reaches its first step within 15 modeled minutes."""
+    result = first_step.model(first_step.inputs_from_plan(plans["h200"]))
+    assert result.cold_minutes <= 0.75 * result.uncut_minutes, (result.cold_minutes, result.uncut_minutes)
+    assert result.warm_reaches_step <= 15
+    assert result.warm_minutes <= 15
+    # Lustre then dominates, and the rendered model says so with what would cut it next.
+    name, kind, length = result.dominant()
+    assert (name, kind) == ("Instance/lustre", "gcp:lustre/instance:Instance") and length == 30
+    text = first_step.render(result)
+    assert "Dominant phase with the cuts: Instance/lustre" in text
+    assert first_step.NEXT_CUTS["gcp:lustre/instance:Instance"] in text
+
+
+@pytest.mark.parametrize("stack", EXAMPLE_STACKS)
+def test_cold_and_uncut_differ_only_in_what_runs_in_parallel(plans: dict[str, Plan], stack: str):
+    inputs = first_step.inputs_from_plan(plans[stack])
+    cold, uncut = first_step.build(inputs, inputs.cuts), first_step.build(inputs, first_step.Cuts())
+    shared = set(cold.phases) & set(uncut.phases)
+    assert {"GPU node boot", "vLLM set-up", first_step.FIRST_STEP} <= shared | {"GPU node boot"}
+    for name in shared:
+        assert cold.phases[name].minutes == pytest.approx(uncut.phases[name].minutes), name
+    # The download is one phase in both: in the prefetch step with the cut, in the train step without it.
+    downloads = [n for n in uncut.phases if n.startswith("weights download")]
+    assert downloads == [n for n in cold.phases if n.startswith("weights download")]
+    assert cold.end[first_step.FIRST_STEP] <= uncut.end[first_step.FIRST_STEP]
+
+
+def test_the_cuts_are_read_from_what_the_plans_register(plans: dict[str, Plan]):
+    h200 = first_step.inputs_from_plan(plans["h200"]).cuts
+    assert h200 == first_step.Cuts(
+        prepull=True, nodes_with_pool=True, image_cache_disk=False, prefetch=True, compile_cache=True
+    )
+    dev = first_step.inputs_from_plan(plans["dev"]).cuts
+    assert dev.prepull and dev.prefetch and dev.compile_cache and not dev.nodes_with_pool  # flex-start: from zero
+    cached = run_plan("dev", infra_overrides=["imageCacheDisk=nemo-cache"])
+    with_disk = first_step.model(first_step.inputs_from_plan(cached))
+    assert with_disk.inputs.cuts.image_cache_disk
+    plain = first_step.model(first_step.inputs_from_plan(plans["dev"]))
+    pull = first_step.FIGURES["imageGb"].value / first_step.FIGURES["imagePullRate"].value
+    # Autoscaled nodes come and go: the cache disk replaces the pull on every arrival, warm runs included.
+    assert plain.warm_minutes - with_disk.warm_minutes == pytest.approx(pull - first_step.minutes("imageFromCacheDisk"))
+    assert with_disk.cold_minutes < plain.cold_minutes
+
+
+def test_without_the_prepull_the_pull_waits_for_the_ray_cluster(plans: dict[str, Plan]):
+    inputs = first_step.inputs_from_plan(plans["h200"])
+    no_prepull = first_step.build(inputs, dataclasses.replace(inputs.cuts, prepull=False))
+    with_prepull = first_step.build(inputs, inputs.cuts)
+    ray = inputs.milestones["ray"]
+    assert no_prepull.start("image pull") >= ray
+    assert with_prepull.start("image pull") < ray - 5  # while Lustre is still being created
+    assert with_prepull.end["image pull"] <= ray  # done before the Ray pods exist
+
+
+def test_size_dependent_phases_follow_sizes_and_rates(plans: dict[str, Plan]):
+    inputs = first_step.inputs_from_plan(plans["h200"])
+    assert inputs.model == "google/gemma-3-27b-it" and inputs.model_gb == pytest.approx(54.8)
+    assert inputs.lustre_gb_per_s == pytest.approx(18000 / 1024 * 500 / 1000)
+    base = first_step.build(inputs, inputs.cuts)
+    bigger = first_step.build(dataclasses.replace(inputs, image_gb=2 * inputs.image_gb), inputs.cuts)
+    assert bigger.phases["image pull"].minutes == pytest.approx(2 * base.phases["image pull"].minutes)
+    download = next(n for n in base.phases if n.startswith("weights download"))
+    rate = first_step.minutes("hubDownloadRate")
+    assert base.phases[download].minutes == pytest.approx(54.8 / rate / 60)
+    slow_lustre = first_step.build(dataclasses.replace(inputs, lustre_gb_per_s=rate / 2), inputs.cuts)
+    assert slow_lustre.phases[download].minutes == pytest.approx(2 * base.phases[download].minutes)
+
+
+def test_every_step_before_train_has_a_row(plans: dict[str, Plan]):
+    for plan in plans.values():
+        steps = first_step.inputs_from_plan(plan).steps
+        for step in steps[: steps.index("train") + 1]:
+            assert step in first_step.STEP_PHASES, f"add {step} to first_step.STEP_PHASES"
+    # A step without a row is still counted, and says it has no figure.
+    inputs = first_step.inputs_from_plan(plans["h200"])
+    extra = dataclasses.replace(inputs, steps=("a-new-step", *inputs.steps))
+    schedule = first_step.build(extra, inputs.cuts)
+    assert schedule.phases["a-new-step (no figure)"].source.startswith("estimate:")
+    assert schedule.end[first_step.FIRST_STEP] == pytest.approx(
+        first_step.build(inputs, inputs.cuts).end[first_step.FIRST_STEP] + 1.0
+    )
+
+
+def test_recipe_models_are_what_the_recipes_train():
+    """RECIPE_MODELS against NeMo RL's own loader, for every release the project supports."""
+    for release in ("nemo-rl-v0.5.0", "nemo-rl-v0.7.0"):
+        for recipe, model in first_step.RECIPE_MODELS.items():
+            resolved = resolve_with_nemo_rl(reference(release), [f"--config={recipe}"])
+            assert resolved["policy"]["model_name"] == model, (release, recipe)
+            assert model in first_step.MODELS
+    assert (ROOT / "tools" / "first_step.py").is_file()
+
+
+def test_a_cycle_or_a_duplicate_phase_is_an_error():
+    loop = {"a": first_step.Phase("a", 1, "x", ("b",)), "b": first_step.Phase("b", 1, "x", ("a",))}
+    with pytest.raises(ValueError, match="circle"):
+        first_step.Schedule(loop)
+
+
+def test_the_readme_quotes_the_golden_plans():
+    """README's start-up table shows the shipped plans' numbers (tests/golden/<stack>/timeline.txt)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Faster start-up") : readme.index("## Walkthrough")]
+    for stack in EXAMPLE_STACKS:
+        text = (ROOT / "tests" / "golden" / stack / "timeline.txt").read_text()
+        cold = re.search(LINES[0].pattern, text, re.M)
+        warm = re.search(LINES[1].pattern, text, re.M)
+        assert cold and warm, stack
+        row = f"| `{stack}` | {cold.group(1)} min | {cold.group(2)} min | {warm.group(1)} min |"
+        assert row in section, f"README's Faster start-up table: expected {row}"
