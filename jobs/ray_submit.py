@@ -3,8 +3,8 @@
 Usage::
 
     python jobs/ray_submit.py --address http://HOST:8265 --submission-id ID \\
-        [--connect-timeout SECONDS] [--runtime-env-json JSON] [--max-retries N] \\
-        [--k8s-job NAME --k8s-run-marker NAME --k8s-namespace NS [--k8s-api URL]] -- ENTRYPOINT...
+        [--connect-timeout SECONDS] [--runtime-env-json JSON] [--max-retries N] [--max-resubmits N] \\
+        [--record FILE] [--k8s-job NAME --k8s-run-marker NAME --k8s-namespace NS [--k8s-api URL]] -- ENTRYPOINT...
 
 The submitter is meant to run as the only container of a Kubernetes Job whose pod may be deleted or restarted at
 any moment. Every run with the same ``--submission-id`` converges on one and the same Ray job:
@@ -60,6 +60,33 @@ STOPPED is a person's decision and is never retried. Every attempt must carry th
 under any attempt id is refused (exit 2). Each retry is logged with the reason (the failed attempt's status, driver
 exit code and Ray's message). The final line names the last attempt, e.g. ``ray_submit: job ID-r1 SUCCEEDED``.
 
+A Ray head restart: a head restarted without GCS fault tolerance (a head pod recreated after an OOM kill or a
+node repair) comes back at the same address with an empty job table, so the job being followed disappears. The
+outage itself is waited out as any other (``--connect-timeout``). A job that is gone is then told apart by the
+head's session name (``GET /api/version``), which a head gets anew each time it starts without fault tolerance
+(see HeadIdentity):
+
+* The session changed: the job was lost with the old head, which is no outcome of the job's own. With retries
+  left (``--max-retries``) it counts as a failed attempt and the next attempt id is submitted (the train step:
+  it waits for its GPU workers again and resumes from the newest checkpoint). Without, the same id is submitted
+  again on the new head, at most ``--max-resubmits`` times (default 3; steps are idempotent or skip completed
+  work). Past both, the run ends with exit code 1 and ``FAILED (lost in a Ray head restart, no retries left)``.
+* The session is the same: someone deleted the job's record (``ray job delete``) while the head stayed up. The
+  outcome is unknown, and the submitter ends with exit code 1 and
+  ``FAILED (vanished: its record was deleted while the Ray head stayed up)``.
+
+A new submitter after a head restart finds none of the earlier attempts: it looks at every attempt id of the
+budget (the new head may know ``ID-r2`` and not ``ID``), and steps that already succeeded are known from their
+outcome records (``--record``).
+
+Step outcome records (``--record FILE``): a JSON file (on the run's Lustre directory in the pipeline) with the
+submission id, the attempt that succeeded and the exact command. It is read before Ray is asked: a recorded
+success with the same id and command is reported (exit 0) and nothing is run, even on a head that no longer
+knows the job, or one that does not answer; another command or id is refused (exit 2), as an id conflict in
+Ray's table is; an unreadable record also exits 2 (remove it to run the step again). It is written when the job
+ends SUCCEEDED (also one found SUCCEEDED in Ray's table), atomically: a temporary file in the same directory,
+flushed, then renamed over the record.
+
 Stop when the run is deleted (``--k8s-job``, ``--k8s-run-marker``, ``--k8s-namespace``): on SIGTERM the submitter
 asks the Kubernetes API (in-cluster address and the pod's projected service account token, or ``--k8s-api``)
 whether its own Job is being deleted (gone, or carrying a deletionTimestamp) AND the run's marker ConfigMap is too.
@@ -70,9 +97,10 @@ replaced by ``pulumi up`` with changed settings (the marker stays), leave the Ra
 re-attach. Any doubt (the API does not answer, or refuses) also leaves it running: training is never stopped on a
 guess. Without these options SIGTERM never stops the Ray job.
 
-Exit codes: 0 succeeded, 1 failed (or rejected by Ray; with retries, the last attempt failed), 2 usage error or id
-conflict, 3 stopped, 4 Ray unreachable (also when the connection is lost for longer than ``--connect-timeout`` while
-waiting), 130/143 interrupted by a signal (143 also after stopping the job because the run was deleted).
+Exit codes: 0 succeeded, 1 failed (or rejected by Ray; with retries, the last attempt failed; deleted while the
+head stayed up; lost in head restarts past the budget), 2 usage error, id conflict or unreadable record, 3 stopped,
+4 Ray unreachable (also when the connection is lost for longer than ``--connect-timeout`` while waiting), 130/143
+interrupted by a signal (143 also after stopping the job because the run was deleted).
 Unlike ``ray job submit``, a stopped job does not exit 0.
 
 Only the standard library and Ray's own job submission client are used; Python 3.10 or newer.
@@ -82,6 +110,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -89,6 +118,7 @@ import re
 import shlex
 import signal
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -112,6 +142,10 @@ DEFAULT_CONNECT_TIMEOUT_S = 600.0
 DEFAULT_STOP_TIMEOUT_S = 30.0
 # Attempt k > 0 of a submission id runs as ID-r<k>; the scan for the latest attempt stops here at the latest.
 MAX_ATTEMPTS_SCANNED = 1000
+# A job lost in a head restart is submitted again under its own id this often (once no retry remains), so that a
+# step which itself brings the head down (runs it out of memory) cannot loop forever.
+DEFAULT_MAX_RESUBMITS = 3
+MAX_RESUBMITS = 100
 # In-cluster Kubernetes API access: the pod's projected service account token and the cluster's CA.
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 K8S_TIMEOUT_S = 5.0
@@ -175,9 +209,22 @@ class RejectedError(EndedError):
 
 
 class VanishedError(EndedError):
-    """The job we were waiting for no longer exists on the cluster; exit code 1."""
+    """The job we were waiting for was deleted from the cluster while its head stayed up; exit code 1."""
 
-    final = " FAILED (vanished)"
+    final = " FAILED (vanished: its record was deleted while the Ray head stayed up)"
+
+
+class LostError(EndedError):
+    """The job was lost in a head restart and neither a retry nor a resubmission is left; exit code 1."""
+
+    final = " FAILED (lost in a Ray head restart, no retries left)"
+
+
+class RecordError(EndedError):
+    """The step's outcome record cannot be read; exit code 2, like an id conflict."""
+
+    exit_code = EXIT_USAGE
+    final = ": not run (unreadable step record)"
 
 
 class Output:
@@ -229,8 +276,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict
         prog="ray_submit.py",
         description="Submit (or re-attach to) a Ray job under a fixed submission id and wait for it.",
         usage="%(prog)s --address http://HOST:8265 --submission-id ID [--connect-timeout SECONDS] "
-        "[--runtime-env-json JSON] [--max-retries N] [--k8s-job NAME --k8s-run-marker NAME --k8s-namespace NS "
-        "[--k8s-api URL] [--stop-timeout SECONDS]] -- ENTRYPOINT...",
+        "[--runtime-env-json JSON] [--max-retries N] [--max-resubmits N] [--record FILE] "
+        "[--k8s-job NAME --k8s-run-marker NAME --k8s-namespace NS [--k8s-api URL] [--stop-timeout SECONDS]] "
+        "-- ENTRYPOINT...",
     )
     parser.add_argument("--address", required=True, help="Ray dashboard / Jobs API URL, e.g. http://head:8265")
     parser.add_argument("--submission-id", required=True, help="Ray submission id; the same id re-attaches")
@@ -243,6 +291,19 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict
     parser.add_argument("--runtime-env-json", default=None, help="Ray runtime environment as a JSON object")
     parser.add_argument(
         "--max-retries", type=int, default=0, help="submit a FAILED job again as ID-r1 ... ID-rN (default: 0)"
+    )
+    parser.add_argument(
+        "--max-resubmits",
+        type=int,
+        default=DEFAULT_MAX_RESUBMITS,
+        help="submit a job lost in a head restart again under its own id, this often, once no retries remain "
+        f"(default: {DEFAULT_MAX_RESUBMITS})",
+    )
+    parser.add_argument(
+        "--record",
+        default=None,
+        help="step outcome record (JSON): read before Ray, written when the job SUCCEEDED; a recorded step is "
+        "not run again",
     )
     parser.add_argument(
         "--k8s-job", default=None, help="this pod's Kubernetes Job: stop the Ray job when it is deleted"
@@ -275,6 +336,10 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict
             raise UsageError("--connect-timeout must be a positive number of seconds")
         if not 0 <= args.max_retries < MAX_ATTEMPTS_SCANNED:
             raise UsageError(f"--max-retries must be 0..{MAX_ATTEMPTS_SCANNED - 1}")
+        if not 0 <= args.max_resubmits <= MAX_RESUBMITS:
+            raise UsageError(f"--max-resubmits must be 0..{MAX_RESUBMITS}")
+        if args.record is not None and (not args.record or args.record.endswith("/")):
+            raise UsageError(f"--record must be a file path, got {args.record!r}")
         k8s = (args.k8s_job, args.k8s_run_marker, args.k8s_namespace)
         if any(k8s) and not all(k8s):
             raise UsageError("--k8s-job, --k8s-run-marker and --k8s-namespace go together")
@@ -421,13 +486,15 @@ def auth_refusal(status: int, env: Mapping[str, str] = os.environ) -> str:
     )
 
 
-def probe_version(address: str) -> None:
-    """One GET /api/version; raises OSError (or RuntimeError for a non-Ray answer) unless the Jobs API answers."""
+def probe_version(address: str) -> str:
+    """One GET /api/version; the head's session name. Raises OSError (or RuntimeError for a non-Ray answer) unless
+    the Jobs API answers."""
     request = urllib.request.Request(f"{address}/api/version", headers=auth_headers())
     with urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S) as resp:
         body = json.loads(resp.read().decode("utf-8", "replace") or "{}")
     if "ray_version" not in body:
         raise RuntimeError(f"status code 503: {address}/api/version answered without a ray_version")
+    return str(body.get("session_name") or "")
 
 
 def make_client(address: str) -> JobSubmissionClient:
@@ -456,6 +523,48 @@ def connect(address: str, outage: Outage) -> JobSubmissionClient:
         return make_client(address)
 
     return outage.call(attempt, "waiting for the Jobs API")
+
+
+class HeadIdentity:
+    """Which head the submitter's jobs live on, to tell a head restart from a deleted job record.
+
+    The signal is the head's Ray session name (``session_name`` of ``GET /api/version``). Ray names the session
+    when the head starts (``session_<start time to the microsecond>_<pid>``). A head that restarts without GCS fault
+    tolerance starts a new session with an empty job table; with GCS fault tolerance (external Redis) it reads both
+    its session name and its job table back. So the name changes exactly when the job table may have been lost, and
+    stays the same as long as the head holding the table runs: a job missing under an unchanged session was removed
+    from the table (``ray job delete``), not lost. An outage seen by the submitter is no such signal: a head can
+    restart between two polls unseen, and a network blip proves no restart."""
+
+    def __init__(self, address: str, outage: Outage) -> None:
+        self.address = address
+        self._outage = outage
+        self.session = self.current()
+
+    def current(self) -> str:
+        return self._outage.call(lambda: probe_version(self.address), "asking the head's session")
+
+    def check_lost(self, submission_id: str) -> NoReturn:
+        """The job is gone: raise HeadRestartedError when the head's session changed since the job was seen, else
+        VanishedError (its record was deleted while the head stayed up)."""
+        now = self.current()
+        if now != self.session:
+            before, self.session = self.session, now
+            raise HeadRestartedError(submission_id, before, now)
+        raise VanishedError(
+            f"job {submission_id} no longer exists on the Ray cluster, and the head did not restart (its session "
+            f"{now or '(unnamed)'} is the one the job ran on): the job's record was deleted (`ray job delete`) while "
+            "the head stayed up, so its outcome is unknown. Run the step again with a new run name, or replace the "
+            "Job to submit it again"
+        )
+
+
+class HeadRestartedError(Exception):
+    """The job was lost with the job table of a head that restarted: not a final failure (see run)."""
+
+    def __init__(self, submission_id: str, before: str, after: str) -> None:
+        super().__init__(f"job {submission_id} was lost in a Ray head restart (session {before} -> {after})")
+        self.submission_id, self.before, self.after = submission_id, before, after
 
 
 def lookup(client: JobSubmissionClient, submission_id: str) -> JobDetails | None:
@@ -519,18 +628,18 @@ class LogFollower:
         self.write_from(0, full_log)
 
 
-async def watch(client: JobSubmissionClient, submission_id: str, outage: Outage, out: Output) -> JobDetails:
-    """Stream logs and poll the status until the job reaches a final status; return its final details."""
+async def watch(
+    client: JobSubmissionClient, submission_id: str, outage: Outage, out: Output, head: HeadIdentity
+) -> JobDetails:
+    """Stream logs and poll the status until the job reaches a final status; return its final details. A job that
+    disappears raises HeadRestartedError or VanishedError (HeadIdentity.check_lost)."""
     follower = LogFollower(client, submission_id, out)
     tail: asyncio.Task[None] = asyncio.create_task(follower.run())
     try:
         while True:
             info = await asyncio.to_thread(outage.call, lambda: lookup(client, submission_id), "polling job status")
             if info is None:
-                raise VanishedError(
-                    f"job {submission_id} no longer exists on the Ray cluster (deleted, or the head restarted "
-                    "without keeping its job table)"
-                )
+                await asyncio.to_thread(head.check_lost, submission_id)
             if info.status.is_terminal():
                 break
             if tail.done():  # the stream closed while the job still runs: reopen it (replay is skipped)
@@ -582,14 +691,18 @@ def check_command(info: JobDetails, attempt: str, entrypoint: str) -> None:
 def latest_attempt(
     client: JobSubmissionClient, submission_id: str, entrypoint: str, outage: Outage, max_retries: int
 ) -> tuple[int, JobDetails | None]:
-    """The newest attempt Ray knows (ID, ID-r1, ... up to the first id it does not know, also past a budget that
-    was lowered since) and its details, or (0, None) when there is none. Every attempt found must carry this
-    command. Without retries only ID itself is looked at, as before retries existed."""
+    """The newest attempt Ray knows and its details, or (0, None) when there is none: every id of the budget (ID,
+    ID-r1, ... ID-rN) is looked at, and past it up to the first id Ray does not know (a budget lowered since). Gaps
+    are normal: a head restarted without GCS fault tolerance knows only the attempts submitted since, e.g. ID-r2
+    without ID and ID-r1. Every attempt found must carry this command. Without retries only ID itself is looked at,
+    as before retries existed."""
     found: tuple[int, JobDetails | None] = (0, None)
     for attempt in range(MAX_ATTEMPTS_SCANNED if max_retries else 1):
         aid = attempt_id(submission_id, attempt)
         info = outage.call(functools.partial(lookup, client, aid), "looking up the job")
         if info is None:
+            if attempt < max_retries:
+                continue
             break
         check_command(info, aid, entrypoint)
         found = (attempt, info)
@@ -631,6 +744,7 @@ def settle(
     outage: Outage,
     out: Output,
     info: JobDetails | None,
+    head: HeadIdentity,
 ) -> tuple[JobDetails, bool]:
     """Submit attempt ``aid`` unless Ray has it (``info``), or attach to it; return its final details and whether
     it had finished before this submitter came."""
@@ -646,7 +760,90 @@ def settle(
         if not attached:
             out.say(f"job {aid} exists and is {info.status}; attaching to it instead of submitting again")
         out.say(f"streaming the logs of job {aid}")
-        return asyncio.run(watch(client, aid, outage, out)), False
+        return asyncio.run(watch(client, aid, outage, out, head)), False
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Step outcome records (--record)
+
+RECORD_FIELDS = ("submission_id", "job", "status", "command")
+
+
+def read_record(path: str) -> dict[str, Any] | None:
+    """The step's outcome record, or None when there is none. A record we cannot read is an error, never "none":
+    running a step again because its record was unreadable is what the record exists to prevent."""
+    try:
+        with open(path, encoding="utf-8") as record_file:
+            text = record_file.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RecordError(f"cannot read the step record {path} ({short(exc)}); fix its volume or remove it") from None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecordError(
+            f"the step record {path} is not valid JSON ({exc.msg} at position {exc.pos}); remove it to run the step "
+            "again"
+        ) from None
+    if not (isinstance(record, dict) and all(isinstance(record.get(key), str) for key in RECORD_FIELDS)):
+        raise RecordError(f"the step record {path} lacks {', '.join(RECORD_FIELDS)}; remove it to run the step again")
+    if record["status"] != "SUCCEEDED":
+        raise RecordError(f"the step record {path} says {record['status']}; only SUCCEEDED is ever recorded")
+    return record
+
+
+def check_record(record: dict[str, Any], path: str, submission_id: str, entrypoint: str) -> None:
+    if record["submission_id"] != submission_id or record["command"] != entrypoint:
+        raise ConflictError(
+            f"the step record {path} says {record['submission_id']} SUCCEEDED with another command "
+            f"({short_text(record['command'])}). A changed run needs a new submission id (a new run name); to run "
+            f"this step again under its id, remove {path}"
+        )
+
+
+def write_record(path: str, record: dict[str, Any]) -> None:
+    """Write the record atomically: a temporary file in the same directory, flushed to disk, renamed over the
+    record. A reader sees the old state or the whole new record, never part of one."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as temp_file:
+            json.dump(record, temp_file, indent=2, sort_keys=True)
+            temp_file.write("\n")
+            temp_file.flush()
+            os.fsync(temp_file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable where the file system allows it
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def record_success(path: str, submission_id: str, job: str, entrypoint: str, session: str, out: Output) -> None:
+    record = {
+        "submission_id": submission_id,
+        "job": job,
+        "status": "SUCCEEDED",
+        "command": entrypoint,
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "ray_session": session,
+    }
+    try:
+        write_record(path, record)
+    except OSError as exc:
+        # The step did succeed: report it, but say that a rerun would not know.
+        out.say(f"could not write the step record {path} ({short(exc)}); a rerun will ask Ray instead")
+    else:
+        out.say(f"recorded the outcome in {path}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -665,6 +862,21 @@ def retries_spent_advice(submission_id: str, max_retries: int) -> str:
         f"all {max_retries + 1} attempts failed ({submission_id} ... {attempt_id(submission_id, max_retries)}). To "
         "go on, run again with a larger --max-retries (the job stack's maxRestarts): the next attempt resumes from "
         "the newest checkpoint. Or start a run with a new run name."
+    )
+
+
+def lost_advice(submission_id: str, attempt: str, max_retries: int, max_resubmits: int) -> str:
+    if max_retries:
+        spent = f"all {max_retries + 1} attempts are used ({submission_id} ... {attempt})"
+    elif max_resubmits:
+        spent = f"it was already submitted again {max_resubmits} times after head restarts"
+    else:
+        spent = "this step is not retried (--max-retries 0, --max-resubmits 0)"
+    return (
+        f"job {attempt} was lost in a Ray head restart and {spent}. If the head keeps restarting, check the head "
+        "pod (`kubectl describe pod` for OOMKilled or a replaced node). To go on, run again with a larger "
+        "--max-retries (the job stack's maxRestarts; training resumes from the newest checkpoint), or start a run "
+        "with a new run name."
     )
 
 
@@ -714,17 +926,55 @@ def run(
     sid = args.submission_id
     max_retries = args.max_retries
     entrypoint = shlex.join(entrypoint_words)
+    # The record comes first: it outlives the head's job table (and a head that is down), and it is the only
+    # trace of a step that succeeded on a head which has restarted since.
+    record = read_record(args.record) if args.record else None
+    if record is not None:
+        check_record(record, args.record, sid, entrypoint)
+        current.id = record["job"]
+        out.say(
+            f"the step record {args.record} says job {record['job']} SUCCEEDED ({record.get('recorded_at', '')}); "
+            "nothing was run again"
+        )
+        out.say(f"job {record['job']} SUCCEEDED")
+        return EXIT_SUCCEEDED
     outage = Outage(args.connect_timeout, args.address, out)
 
     out.say(f"connecting to the Ray Jobs API at {args.address} (waiting up to {args.connect_timeout:g} s)")
     client = connect(args.address, outage)
+    head = HeadIdentity(args.address, outage)
 
     attempt, info = latest_attempt(client, sid, entrypoint, outage, max_retries)
     if attempt:
         out.say(f"{attempt_id(sid, attempt)} is the latest attempt of {sid} on the cluster; continuing from it")
+    resubmits = 0
     while True:
         aid = current.id = attempt_id(sid, attempt)
-        final, earlier = settle(client, aid, entrypoint, runtime_env, outage, out, info)
+        try:
+            final, earlier = settle(client, aid, entrypoint, runtime_env, outage, out, info, head)
+        except HeadRestartedError as lost:
+            out.say(
+                f"the Ray head restarted while job {aid} ran (its session changed from {lost.before} to "
+                f"{lost.after}): a head without GCS fault tolerance comes back with an empty job table, so {aid} "
+                "was lost, not failed"
+            )
+            if attempt < max_retries:
+                attempt += 1
+                out.say(
+                    f"attempt {attempt} of {max_retries + 1} ({aid}) was lost in the head restart; retrying as "
+                    f"{attempt_id(sid, attempt)} (retry {attempt} of {max_retries})"
+                )
+            elif resubmits < args.max_resubmits:
+                resubmits += 1
+                out.say(
+                    f"submitting {aid} again on the restarted head (resubmission {resubmits} of {args.max_resubmits})"
+                )
+            else:
+                raise LostError(lost_advice(sid, aid, max_retries, args.max_resubmits)) from None
+            info = outage.call(functools.partial(lookup, client, attempt_id(sid, attempt)), "looking up the job")
+            continue
+        if final.status == JobStatus.SUCCEEDED and args.record:
+            record_success(args.record, sid, aid, entrypoint, head.session, out)
         if final.status == JobStatus.FAILED and attempt < max_retries:
             detail = first_line(final.message)
             attempt += 1

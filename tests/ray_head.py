@@ -198,63 +198,86 @@ def ray_head(ray_bin: Path, auth_token: str | None = None) -> Iterator[str]:
     """A head started with `ray_bin` (its virtualenv's Ray version) on loopback; yields the Jobs API address and
     stops every process of it on exit. With `auth_token` (Ray >= 2.52) the head requires that token of every client
     (RAY_AUTH_MODE=token), as the stack's Ray cluster does."""
-    temp_dir = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
-    (
-        gcs,
-        dashboard,
-        client_server,
-        agent_listen,
-        agent_grpc,
-        metrics,
-        node_manager,
-        object_manager,
-        runtime_env_agent,
-    ) = free_ports(9)
-    min_worker_port, max_worker_port = worker_port_range(os.environ.get("PYTEST_XDIST_WORKER"))
-    cmd = [
-        str(ray_bin),
-        "start",
-        "--head",
-        "--node-ip-address=127.0.0.1",
-        f"--port={gcs}",
-        "--dashboard-host=127.0.0.1",
-        f"--dashboard-port={dashboard}",
-        f"--ray-client-server-port={client_server}",
-        f"--dashboard-agent-listen-port={agent_listen}",
-        f"--dashboard-agent-grpc-port={agent_grpc}",
-        f"--metrics-export-port={metrics}",
-        f"--node-manager-port={node_manager}",
-        f"--object-manager-port={object_manager}",
-        f"--runtime-env-agent-port={runtime_env_agent}",
-        f"--min-worker-port={min_worker_port}",
-        f"--max-worker-port={max_worker_port}",
-        "--num-cpus=2",
-        f"--num-gpus={HEAD_GPUS}",
-        "--include-dashboard=true",
-        "--disable-usage-stats",
-        f"--temp-dir={temp_dir}",
-    ]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
-    # Ray swaps 127.0.0.1 for the host's outward IP (and then listens on all interfaces) unless told that this is
-    # a single-machine cluster; with this switch off every Ray server listens on 127.0.0.1 only.
-    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
-        env.pop(name, None)
-    if auth_token:
-        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=auth_token)
-    gcs_address = f"127.0.0.1:{gcs}"
-    address = f"http://127.0.0.1:{dashboard}"
+    head = RayHead(ray_bin, auth_token)
     try:
+        head.start()
+        yield head.address
+    finally:
+        head.close()
+
+
+class RayHead:
+    """A head on fixed loopback ports and temp dir, so that it can be stopped and started again at the same address:
+    what a head pod restarted without GCS fault tolerance looks like to its clients (same Service address, new
+    session, empty job table)."""
+
+    def __init__(self, ray_bin: Path, auth_token: str | None = None) -> None:
+        self.ray_bin = ray_bin
+        self.auth_token = auth_token
+        self.temp_dir = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
+        (
+            self.gcs,
+            self.dashboard,
+            self.client_server,
+            self.agent_listen,
+            self.agent_grpc,
+            self.metrics,
+            self.node_manager,
+            self.object_manager,
+            self.runtime_env_agent,
+        ) = free_ports(9)
+        self.gcs_address = f"127.0.0.1:{self.gcs}"
+        self.address = f"http://127.0.0.1:{self.dashboard}"
+
+    def start(self) -> None:
+        min_worker_port, max_worker_port = worker_port_range(os.environ.get("PYTEST_XDIST_WORKER"))
+        cmd = [
+            str(self.ray_bin),
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={self.gcs}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={self.dashboard}",
+            f"--ray-client-server-port={self.client_server}",
+            f"--dashboard-agent-listen-port={self.agent_listen}",
+            f"--dashboard-agent-grpc-port={self.agent_grpc}",
+            f"--metrics-export-port={self.metrics}",
+            f"--node-manager-port={self.node_manager}",
+            f"--object-manager-port={self.object_manager}",
+            f"--runtime-env-agent-port={self.runtime_env_agent}",
+            f"--min-worker-port={min_worker_port}",
+            f"--max-worker-port={max_worker_port}",
+            "--num-cpus=2",
+            f"--num-gpus={HEAD_GPUS}",
+            "--include-dashboard=true",
+            "--disable-usage-stats",
+            f"--temp-dir={self.temp_dir}",
+        ]
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env["RAY_USAGE_STATS_ENABLED"] = "0"
+        # Ray swaps 127.0.0.1 for the host's outward IP (and then listens on all interfaces) unless told that this is
+        # a single-machine cluster; with this switch off every Ray server listens on 127.0.0.1 only.
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+            env.pop(name, None)
+        if self.auth_token:
+            env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.auth_token)
         started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
         assert started.returncode == 0, f"ray start failed:\n{started.stdout}\n{started.stderr}"
-        wait_for(lambda: _api_answers(address, auth_token), 90, "the Ray Jobs API")
-        _CLIENT_ADDRESS[address] = f"ray://127.0.0.1:{client_server}"
-        _GCS_ADDRESS[address] = gcs_address
-        assert not _wide_listeners(_ray_processes(temp_dir, gcs_address)), "Ray must listen on 127.0.0.1 only"
-        yield address
-    finally:
-        _kill_all(_ray_processes(temp_dir, gcs_address))
-        left = {p for p in _ray_processes(temp_dir, gcs_address) if _alive(p)}
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        wait_for(lambda: _api_answers(self.address, self.auth_token), 90, "the Ray Jobs API")
+        _CLIENT_ADDRESS[self.address] = f"ray://127.0.0.1:{self.client_server}"
+        _GCS_ADDRESS[self.address] = self.gcs_address
+        assert not _wide_listeners(_ray_processes(self.temp_dir, self.gcs_address)), "Ray must listen on 127.0.0.1 only"
+
+    def stop(self) -> None:
+        """Kill every process of this head (by process id, never `ray stop`, which would stop every head)."""
+        _kill_all(_ray_processes(self.temp_dir, self.gcs_address))
+        left = {p for p in _ray_processes(self.temp_dir, self.gcs_address) if _alive(p)}
         assert not left, f"Ray processes left running: {sorted(left)}"
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from ray_submit import attempt_id
+from ray_submit import DEFAULT_MAX_RESUBMITS, attempt_id
 
 from launcher.settings import BENCHMARK_MEASURED_STEPS, FLAT_DATA, PUBLISHED_H100, InfraOutputs, JobSettings
 
@@ -35,6 +35,8 @@ class Step:
     entrypoint: list[str]
     on_failure: str = ""  # what to check when this step fails
     max_retries: int = 0  # FAILED attempts submitted again as <id>-r1, -r2, ... (ray_submit.py --max-retries)
+    # A job lost in a Ray head restart once no retry remains: submitted again under its own id this often.
+    max_resubmits: int = DEFAULT_MAX_RESUBMITS
 
 
 def dataset_dir(infra: InfraOutputs) -> str:
@@ -75,6 +77,16 @@ def ray_job_command(step: Step, verb: str, address: str = PORT_FORWARD_ADDRESS) 
 
 def checkpoint_dir(job: JobSettings, infra: InfraOutputs) -> str:
     return f"{infra.mount_path}/{job.run_name}"
+
+
+def outcomes_dir(job: JobSettings, infra: InfraOutputs) -> str:
+    """Each step's outcome record (ray_submit.py --record): on Lustre with the run, so a new submitter pod, a
+    restarted Ray head (whose job table starts empty) or a replaced Job knows which steps already succeeded."""
+    return f"{checkpoint_dir(job, infra)}/step-outcomes"
+
+
+def outcome_record(step: Step, job: JobSettings, infra: InfraOutputs) -> str:
+    return f"{outcomes_dir(job, infra)}/{step.name}.json"
 
 
 def log_dir(job: JobSettings, infra: InfraOutputs) -> str:
@@ -448,6 +460,10 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
             ],
             on_failure="the driver log above (model access with HF_TOKEN, GPU memory, the recipe's overrides)",
             max_retries=job.max_restarts,
+            # An attempt lost in a head restart counts against maxRestarts like a failed one (the next attempt
+            # waits for the workers KubeRay recreates and resumes from the newest checkpoint); nothing beyond, so
+            # a driver that keeps taking the head down (NeMo RL's driver runs on it) cannot loop forever.
+            max_resubmits=0,
         )
     )
     if job.convert_to_hf:
@@ -539,6 +555,9 @@ def submit_command(step: Step, job: JobSettings, infra: InfraOutputs) -> list[st
     command = ["python", SUBMITTER, f"--address={infra.ray_address}", f"--submission-id={step.submission_id}"]
     if step.max_retries:
         command.append(f"--max-retries={step.max_retries}")
+    if step.max_resubmits != DEFAULT_MAX_RESUBMITS:
+        command.append(f"--max-resubmits={step.max_resubmits}")
+    command.append(f"--record={outcome_record(step, job, infra)}")
     if job.stop_on_delete:
         command += [
             f"--k8s-job={job_name(job)}",
@@ -551,7 +570,8 @@ def submit_command(step: Step, job: JobSettings, infra: InfraOutputs) -> list[st
 
 def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) -> str:
     """The submitter pod's program: copy our scripts to Lustre, then run each step through ray_submit.py,
-    stopping at the first failure with what to check. Re-running it skips steps that already succeeded."""
+    stopping at the first failure with what to check. Re-running it skips steps that already succeeded (their
+    outcome records on Lustre, else Ray's job table)."""
     scripts = scripts_dir(job, infra)
     wait = wait_for_workers(WAIT_FOR_WORKERS, gpu_nodes_to_check(job, infra), job, infra)
     lines = [
@@ -563,14 +583,21 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
         'in_background() { "$@" & child=$!; wait "$child"; }',
         f"mkdir -p {shlex.quote(scripts)}",
         f"cp -L {SCRIPTS_MOUNT}/*.py {shlex.quote(scripts)}/",
-        # GPU nodes come from zero: wait here (a timeout exits 4 and the Job retries) rather than let a Ray job fail
-        # for lack of workers, which would spend its submission id.
-        f"in_background {shlex.join(wait)}",
+        # GPU nodes come from zero: wait for them (a timeout exits 4 and the Job retries) rather than let a Ray job
+        # fail for lack of workers, which would spend its submission id. Once, before the first step without an
+        # outcome record: a pod that finds every step recorded (a replaced Job of a finished run) starts no GPU node.
+        "workers_ready=",
+        "await_workers() {",
+        '  if [ -n "$workers_ready" ]; then return 0; fi',
+        f"  in_background {shlex.join(wait)} || exit $?",
+        "  workers_ready=1",
+        "}",
     ]
     for number, step in enumerate(steps, start=1):
         hint = step.on_failure.replace("'", "")  # inside single quotes in the script
         lines += [
             f"echo '=== step {number}/{len(steps)}: {step.name} ({step.submission_id})'",
+            f"if [ ! -e {shlex.quote(outcome_record(step, job, infra))} ]; then await_workers; fi",
             f"in_background {shlex.join(submit_command(step, job, infra))} || {{",
             "  rc=$?",
             f"  echo 'step {step.name} did not succeed (exit '$rc'). Check: {hint}' >&2",

@@ -284,6 +284,51 @@ def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failu
     assert "step train did not succeed (exit 3)" in result.stderr
 
 
+def test_each_step_is_recorded_on_lustre_and_recorded_steps_wait_for_no_gpu(infra_outputs, tmp_path: Path):
+    """Every step's submitter reads and writes its outcome record under /data/<runName>/step-outcomes; the worker
+    wait runs once, before the first step without a record, so a pod that finds the whole run recorded (a
+    replaced Job of a finished run) asks for no GPU node."""
+    import subprocess
+
+    infra = infra_of({**infra_outputs["h200"], "lustreMountPath": str(tmp_path / "data")})
+    job = job_with(infra, runName="exp3")
+    steps = pipeline_steps(job, infra)
+    script = pipeline_script(job, infra, steps)
+    outcomes = tmp_path / "data" / "exp3" / "step-outcomes"
+    for step in steps:
+        line = next(line for line in script.splitlines() if f"--submission-id={step.submission_id} " in line)
+        words = shlex.split(line.removesuffix(" || {"))
+        assert f"--record={outcomes}/{step.name}.json" in words
+        # A head restart costs the train step an attempt (within maxRestarts); the others are submitted again.
+        assert ("--max-resubmits=0" in words) == (step.name == "train"), step.name
+    log = tmp_path / "calls.log"
+    fake_bin = _fake_tools(
+        tmp_path,
+        'id="$(basename "$1")"\n'
+        'for a in "$@"; do case "$a" in --submission-id=*) id="${a#*=}";; esac; done\n'
+        f'echo "$id" >> {log}\n',
+    )
+
+    def calls() -> list[str]:
+        log.unlink(missing_ok=True)
+        done = subprocess.run(
+            ["bash", "-c", script], env={"PATH": f"{fake_bin}:/usr/bin:/bin"}, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        # The worker wait and the step submissions, in order (other helpers the script runs are not looked at).
+        return [call for call in log.read_text().split() if call == "wait_for_workers.py" or call in ids]
+
+    ids = [step.submission_id for step in steps]
+    assert calls() == ["wait_for_workers.py", *ids]
+    outcomes.mkdir(parents=True)
+    for step in steps[:3]:  # the pre-flights and the data: the next pod waits for the workers before train
+        (outcomes / f"{step.name}.json").write_text("{}")
+    assert calls() == [*ids[:3], "wait_for_workers.py", *ids[3:]]
+    for step in steps:
+        (outcomes / f"{step.name}.json").write_text("{}")
+    assert calls() == ids
+
+
 def test_no_step_sets_a_job_runtime_env(infra_outputs):
     """NeMo RL's init_ray() forwards the driver's whole environment as its runtime env; Ray refuses to merge it
     with a job-level env that names any of the same variables (tests/jobs/test_runtime_env_on_ray.py shows it)."""

@@ -106,30 +106,32 @@ def driver(python: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return [str(python), str(path), str(init_ray_source)]
 
 
-def on_2_55_1(command: list[str], python: Path, address: str, driver: list[str], extra: tuple[str, ...] = ()):
+def on_2_55_1(
+    command: list[str], python: Path, address: str, driver: list[str], records: Path, extra: tuple[str, ...] = ()
+):
     """The pipeline's submit command with this module's head and the 2.55.1 interpreter running ray_submit.py."""
-    args = as_submitted(command, address, driver, extra)
+    args = as_submitted(command, address, driver, records, extra)
     return submit([str(python), *args[1:]])
 
 
-def test_every_v0_7_0_step_as_submitted_lets_init_ray_attach(python, address, v070_h200, driver) -> None:
+def test_every_v0_7_0_step_as_submitted_lets_init_ray_attach(python, address, v070_h200, driver, tmp_path) -> None:
     job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, v070_h200)
     steps = pipeline_steps(job, v070_h200)
     distinct = {submit_flags(submit_command(step, job, v070_h200)): step for step in steps}
     evals = [step for step in steps if step.name.startswith("eval-")]
     assert [step.name for step in evals] == ["eval-base", "eval-final"]
     for step in [*distinct.values(), *evals]:
-        result = on_2_55_1(submit_command(step, job, v070_h200), python, address, driver)
+        result = on_2_55_1(submit_command(step, job, v070_h200), python, address, driver, tmp_path)
         assert result.returncode == 0, f"{step.name}:\n{result.stdout}{result.stderr}"
         assert f"init_ray attached; GPUs: {float(HEAD_GPUS)}" in result.stdout, result.stdout
 
 
-def test_a_job_level_runtime_env_still_fails_init_ray_on_2_55_1(python, address, v070_h200, driver) -> None:
+def test_a_job_level_runtime_env_still_fails_init_ray_on_2_55_1(python, address, v070_h200, driver, tmp_path) -> None:
     """Why the steps pass none on v0.7.0 either: Ray 2.55.1 refuses the merge as 2.49.2 does (and exits 1)."""
     job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, v070_h200)
     train = next(step for step in pipeline_steps(job, v070_h200) if step.name == "train")
     old = ("--runtime-env-json", json.dumps(OLD_RUNTIME_ENV))
-    result = on_2_55_1(submit_command(train, job, v070_h200), python, address, driver, extra=old)
+    result = on_2_55_1(submit_command(train, job, v070_h200), python, address, driver, tmp_path, extra=old)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Failed to merge the Job's runtime env" in result.stdout
     assert "init_ray attached" not in result.stdout

@@ -324,6 +324,7 @@ def test_lost_connection_while_waiting_exits_4(monkeypatch: pytest.MonkeyPatch, 
 
     fake = HeadGoesAway()
     monkeypatch.setattr(rs, "connect", lambda address, outage: fake)
+    monkeypatch.setattr(rs, "probe_version", lambda address: "session-1")  # the head's identity (HeadIdentity)
     monkeypatch.setattr(rs, "STATUS_POLL_S", 0.05)
     monkeypatch.setattr(rs, "BACKOFF_MAX_S", 0.1)
     monkeypatch.setattr(rs, "install_signal_handlers", lambda *args: None)  # keep pytest's own handlers
@@ -367,6 +368,7 @@ def test_losing_the_submit_race_attaches_instead_of_failing(monkeypatch: pytest.
 
     fake = RaceLost()
     monkeypatch.setattr(rs, "connect", lambda address, outage: fake)
+    monkeypatch.setattr(rs, "probe_version", lambda address: "session-1")  # the head's identity (HeadIdentity)
     monkeypatch.setattr(rs, "STATUS_POLL_S", 0.05)
     monkeypatch.setattr(rs, "install_signal_handlers", lambda *args: None)  # keep pytest's own handlers
     code = rs.main(["--address", "http://head:8265", "--submission-id", "j2", "--", "python", "train.py"])
@@ -415,6 +417,7 @@ class _Scripted:
 
 def _run_fake(monkeypatch: pytest.MonkeyPatch, fake: _Scripted, sid: str) -> int:
     monkeypatch.setattr(rs, "connect", lambda address, outage: fake)
+    monkeypatch.setattr(rs, "probe_version", lambda address: "session-1")  # the head's identity (HeadIdentity)
     monkeypatch.setattr(rs, "STATUS_POLL_S", 0.05)
     monkeypatch.setattr(rs, "BACKOFF_FIRST_S", 0.01)
     monkeypatch.setattr(rs, "install_signal_handlers", lambda *args: None)  # keep pytest's own handlers

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_infra_stack
@@ -56,18 +58,23 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return [sys.executable, str(path), str(init_ray_source)]
 
 
-def as_submitted(command: list[str], ray_address: str, driver: list[str], extra: tuple[str, ...] = ()) -> list[str]:
+def as_submitted(
+    command: list[str], ray_address: str, driver: list[str], records: Path, extra: tuple[str, ...] = ()
+) -> list[str]:
     """The pipeline's submit command, run here: this interpreter and the repository's ray_submit.py, the test head's
-    address, a fresh submission id (one head serves the whole session), the driver as the entrypoint. Every other
-    flag stays exactly as the pipeline wrote it."""
+    address, a fresh submission id (one head serves the whole session) with its outcome record under `records`
+    (not /data), the driver as the entrypoint. Every other flag stays exactly as the pipeline wrote it."""
     cut = command.index("--")
     assert command[:2] == ["python", SUBMITTER]
+    suffix = uuid.uuid4().hex[:6]
     flags = []
     for word in command[2:cut]:
         if word.startswith("--address="):
             word = f"--address={ray_address}"
         elif word.startswith("--submission-id="):
-            word = f"{word}-{uuid.uuid4().hex[:6]}"
+            word = f"{word}-{suffix}"
+        elif word.startswith("--record="):
+            word = f"--record={records / suffix / Path(word.split('=', 1)[1]).name}"
         flags.append(word)
     return [sys.executable, str(ROOT / "jobs" / "ray_submit.py"), *flags, *extra, "--", *driver]
 
@@ -79,10 +86,13 @@ def submit(args: list[str]) -> subprocess.CompletedProcess[str]:
 
 def submit_flags(command: list[str]) -> tuple[str, ...]:
     """What a step's submission adds beyond its own address and id (a runtime env, for one)."""
-    return tuple(w for w in command[2 : command.index("--")] if not w.startswith(("--address=", "--submission-id=")))
+    own = ("--address=", "--submission-id=", "--record=")
+    return tuple(w for w in command[2 : command.index("--")] if not w.startswith(own))
 
 
-def test_every_step_as_submitted_lets_init_ray_attach(ray_address: str, h200: InfraOutputs, driver: list[str]):
+def test_every_step_as_submitted_lets_init_ray_attach(
+    ray_address: str, h200: InfraOutputs, driver: list[str], tmp_path: Path
+):
     job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, h200)
     steps = pipeline_steps(job, h200)
     assert {"prepare-data", "eval-base", "train", "convert-hf", "eval-final"} <= {step.name for step in steps}
@@ -91,19 +101,24 @@ def test_every_step_as_submitted_lets_init_ray_attach(ray_address: str, h200: In
     distinct = {submit_flags(submit_command(step, job, h200)): step for step in steps}
     evals = [step for step in steps if step.name.startswith("eval-")]
     for step in [*distinct.values(), *evals]:
-        result = submit(as_submitted(submit_command(step, job, h200), ray_address, driver))
+        result = submit(as_submitted(submit_command(step, job, h200), ray_address, driver, tmp_path))
         output = result.stdout + result.stderr
         assert result.returncode == 0, f"{step.name}:\n{output}"
         assert "init_ray attached; GPUs: 2.0" in result.stdout, f"{step.name}:\n{output}"
+        # The pipeline's --record, moved off /data: the outcome is recorded with the command Ray ran.
+        records = list(tmp_path.glob(f"*/{step.name}.json"))
+        assert records and all(json.loads(r.read_text())["command"] == shlex.join(driver) for r in records)
 
 
-def test_the_old_job_runtime_env_fails_init_ray(ray_address: str, h200: InfraOutputs, driver: list[str]):
+def test_the_old_job_runtime_env_fails_init_ray(
+    ray_address: str, h200: InfraOutputs, driver: list[str], tmp_path: Path
+):
     """The check above can fail: with the job-level HF_HOME the pipeline passed before, init_ray's own runtime env
     (the driver's environment, HF_HOME included) cannot be merged and the job FAILS."""
     job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, h200)
     train = next(step for step in pipeline_steps(job, h200) if step.name == "train")
     old = ("--runtime-env-json", json.dumps(OLD_RUNTIME_ENV))
-    result = submit(as_submitted(submit_command(train, job, h200), ray_address, driver, extra=old))
+    result = submit(as_submitted(submit_command(train, job, h200), ray_address, driver, tmp_path, extra=old))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Failed to merge the Job's runtime env" in result.stdout
     assert "init_ray attached" not in result.stdout
