@@ -46,22 +46,29 @@ def _module(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
+def unit_of_work(nodeid: str) -> str:
+    """What one xdist worker runs in one go: the test itself in a spread module, else its whole module."""
+    return nodeid if _module(nodeid) in SPREAD_MODULES else _module(nodeid)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Slow modules first; whole modules move (a stable sort), so module fixtures keep their lifetime."""
     rank = {name: index for index, name in enumerate(SLOW_MODULES)}
     items.sort(key=lambda item: rank.get(_module(item.nodeid), len(rank)))
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent under -p no:xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """--dist loadgroup: units of work as SPREAD_MODULES says, handed out in collection order. (xdist's own
-    loadgroup, by xdist_group marks, cannot work under pytest 9: its renamed node ids are not the ones reported.)"""
+    """--dist loadgroup: units of work as unit_of_work says, handed out in collection order. (xdist 3.8's own
+    loadgroup, by xdist_group marks, groups nothing under pytest 9.2: it renames item._nodeid, which nodeid no longer
+    reads.)"""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return nodeid if _module(nodeid) in SPREAD_MODULES else _module(nodeid)
+            return unit_of_work(nodeid)
 
     config.option.loadscopereorder = False  # keep the slow-first order of pytest_collection_modifyitems
     return ModuleScheduling(config, log)
