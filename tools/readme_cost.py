@@ -109,7 +109,9 @@ def _replace_in_one(texts: dict[str, str], pattern: re.Pattern[str], new: str, m
     holders = [name for name, text in texts.items() if pattern.search(text)]
     if len(holders) != 1:
         where = "no file" if not holders else ", ".join(holders)
-        raise SystemExit(f"readme_cost: <!-- {marker} --> must be in exactly one of {', '.join(texts)}; found in {where}")
+        raise SystemExit(
+            f"readme_cost: <!-- {marker} --> must be in exactly one of {', '.join(texts)}; found in {where}"
+        )
     # A function, not a string: the text must not be read as a regex replacement template.
     texts[holders[0]] = pattern.sub(_constant(new), texts[holders[0]])
 
