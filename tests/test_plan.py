@@ -602,9 +602,12 @@ def test_readme_cost_check_names_the_stale_file(
 ) -> None:
     """--check exits 1 and names the file whose figures are stale; it writes nothing."""
     (tmp_path / "docs").mkdir()
-    for name, text in documents().items():
+    originals = documents()
+    for name, text in originals.items():
         (tmp_path / name).write_text(text)
-    stale = (tmp_path / "docs" / "cost.md").read_text().replace("$", "€", 1)
+    fresh = (tmp_path / "docs" / "cost.md").read_text()
+    stale = re.sub(r"(<!-- cost:dev -->\n```text\nper hour while the GPUs run: )\$", r"\1€", fresh)
+    assert stale != fresh
     (tmp_path / "docs" / "cost.md").write_text(stale)
     monkeypatch.setattr(readme_cost, "ROOT", tmp_path)
     monkeypatch.setattr(readme_cost, "README", tmp_path / "README.md")
@@ -613,7 +616,7 @@ def test_readme_cost_check_names_the_stale_file(
     assert "docs/cost.md quotes stale cost figures" in capsys.readouterr().err
     assert (tmp_path / "docs" / "cost.md").read_text() == stale  # --check writes nothing
     assert readme_cost.main([]) == 0
-    assert (tmp_path / "docs" / "cost.md").read_text() == documents()["docs/cost.md"]
+    assert (tmp_path / "docs" / "cost.md").read_text() == originals["docs/cost.md"]
     assert readme_cost.main(["--check"]) == 0
 
 
