@@ -5,13 +5,15 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from ray_submit import DEFAULT_MAX_RESUBMITS, attempt_id
+from submitter.attempts import DEFAULT_MAX_RESUBMITS, attempt_id
 
 from launcher.settings import BENCHMARK_MEASURED_STEPS, FLAT_DATA, PUBLISHED_H100, InfraOutputs, JobSettings
 
 NEMO_RL_DIR = "/opt/nemo-rl"  # where the NeMo RL image keeps its sources and uv project
 SCRIPTS_MOUNT = "/opt/launcher"  # the ConfigMap with our scripts, inside the submitter pod
 SUBMITTER = f"{SCRIPTS_MOUNT}/ray_submit.py"
+# ray_submit.py's modules, in a folder beside it (in the ConfigMap volume and in the per-run copy on Lustre).
+SUBMITTER_PACKAGE = "submitter"
 WAIT_FOR_WORKERS = f"{SCRIPTS_MOUNT}/wait_for_workers.py"
 BENCHMARK_SUMMARY = f"{SCRIPTS_MOUNT}/benchmark_summary.py"
 # The data NeMo RL's performance recipes train on (data.dataset_name OpenMathInstruct-2: the hub dataset's train_1M
@@ -582,7 +584,7 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
         'trap \'if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; wait "$child"; fi; exit 143\' TERM',
         'in_background() { "$@" & child=$!; wait "$child"; }',
         f"mkdir -p {shlex.quote(scripts)}",
-        f"cp -L {SCRIPTS_MOUNT}/*.py {shlex.quote(scripts)}/",
+        f"cp -RL {SCRIPTS_MOUNT}/*.py {SCRIPTS_MOUNT}/{SUBMITTER_PACKAGE} {shlex.quote(scripts)}/",
         # GPU nodes come from zero: wait for them (a timeout exits 4 and the Job retries) rather than let a Ray job
         # fail for lack of workers, which would spend its submission id. Once, before the first step without an
         # outcome record: a pod that finds every step recorded (a replaced Job of a finished run) starts no GPU node.
