@@ -258,14 +258,7 @@ def benchmark_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
         ckpt = f"{checkpoint_dir(job, infra)}/{mode}"
         train_args = [f"--config={published.recipe}", *benchmark_overrides(job, infra, mode)]
         if mode == "sync":  # the model both recipes train, into HF_HOME on Lustre first, as for a run
-            steps.append(
-                Step(
-                    "prefetch-weights",
-                    f"{job.run_name}-prefetch-weights",
-                    _in_nemo_rl(f"{scripts}/prefetch_weights.py", "--", *train_args),
-                    on_failure="access to the Hugging Face hub (HF_TOKEN, the Llama 3.1 licence accepted) and Lustre",
-                )
-            )
+            steps.append(prefetch_step(job, scripts, train_args, "the Llama 3.1 licence accepted"))
         train = _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, *train_args)
         steps.append(
             Step(
@@ -373,6 +366,17 @@ def base_model_args(job: JobSettings) -> list[str]:
     return [f"--model={model}"] if model else [f"--model-of-recipe={job.recipe}"]
 
 
+def prefetch_step(job: JobSettings, scripts: str, train_args: list[str], licence: str) -> Step:
+    """prefetch-weights: every model the train step's own arguments name, into HF_HOME on Lustre (skipped when
+    complete), resolved with the image's NeMo RL."""
+    return Step(
+        "prefetch-weights",
+        f"{job.run_name}-prefetch-weights",
+        _in_nemo_rl(f"{scripts}/prefetch_weights.py", "--", *train_args),
+        on_failure=f"access to the Hugging Face hub (HF_TOKEN, {licence}) and Lustre",
+    )
+
+
 def _in_nemo_rl(script: str, *args: str) -> list[str]:
     """Run a Python script with NeMo RL's own environment (torch, ray, datasets), from its directory."""
     return ["cd", NEMO_RL_DIR, "&&", "uv", "run", "python", script, *args]
@@ -433,14 +437,7 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
     # Every model the run reads, into HF_HOME on Lustre before the base evaluation and train: their vLLM and policy
     # workers then load from the cache instead of downloading while they start. It takes the train step's own
     # arguments, resolves them with the image's NeMo RL and skips models already complete.
-    steps.append(
-        Step(
-            "prefetch-weights",
-            f"{job.run_name}-prefetch-weights",
-            _in_nemo_rl(f"{scripts}/prefetch_weights.py", "--", *train_args),
-            on_failure="access to the Hugging Face hub (HF_TOKEN, the model licence accepted on the hub) and Lustre",
-        )
-    )
+    steps.append(prefetch_step(job, scripts, train_args, "the model licence accepted on the hub"))
     if job.eval_base:
         steps.append(eval_step("eval-base", base_model_args(job), job, infra, cached=True))
     train = _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, *train_args)
