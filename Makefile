@@ -73,7 +73,7 @@ plan: $(BIN)/.runtime
 golden: $(BIN)/.installed
 	@for stack in $(STACKS); do $(BIN)/python tools/plan.py --stack $$stack --out tests/golden --quiet || exit 1; done
 	@$(BIN)/python tools/readme_cost.py
-	@git status --short tests/golden README.md || true
+	@git status --short tests/golden README.md docs || true
 
 clean:
 	rm -rf build .mypy_cache .pytest_cache .ruff_cache

@@ -235,7 +235,7 @@ class GkeCluster(pulumi.ComponentResource):
                 ),
             ),
             # Declared, not left to GKE's defaults: Managed Prometheus (the Ray metrics port and DCGM go there) and
-            # DCGM's GPU metrics, where GPU utilisation is seen (see the README's Follow the run).
+            # DCGM's GPU metrics, where GPU utilisation is seen (see docs/operations.md, Following the run).
             monitoring_config=gcp.container.ClusterMonitoringConfigArgs(
                 enable_components=list(MONITORING_COMPONENTS),
                 managed_prometheus=gcp.container.ClusterMonitoringConfigManagedPrometheusArgs(enabled=True),

@@ -244,7 +244,7 @@ def after_destroy_line(output: Mapping[str, Any]) -> str:
 
 
 def summary_lines(output: Mapping[str, Any]) -> list[str]:
-    """The estimate as `make plan` prints it and the README quotes it. A total that leaves out an item without a
+    """The estimate as `make plan` prints it and docs/cost.md quotes it. A total that leaves out an item without a
     price reads "at least"."""
     floor = "" if output["complete"] else "at least "
     rate_from = "your gpuNodeHourlyPrice" if output["gpuNodePriceFrom"] == USER_RATE else "the table's rate"

@@ -678,7 +678,7 @@ def _image_cache_disk(value: Any, project: str) -> str:
             "imageCacheDisk",
             text,
             "'' (none), a disk image name in the stack's project, or projects/PROJECT/global/images/NAME: a disk image "
-            "built with gke-disk-image-builder that holds nemoRlImage (README, Faster start-up)",
+            "built with gke-disk-image-builder that holds nemoRlImage (docs/design.md, Faster start-up)",
         )
     return f"projects/{match.group(1) or project}/global/images/{match.group(2)}"
 
@@ -734,7 +734,7 @@ def check_keys(project: str, keys: Iterable[str]) -> None:
 
 def _closest(key: str, known: Iterable[str]) -> str:
     match = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
-    return f"did you mean '{match[0]}'?" if match else "see the Configuration table in README.md"
+    return f"did you mean '{match[0]}'?" if match else "see the configuration tables in docs/configuration.md"
 
 
 def runtime_config_keys() -> set[str]:

@@ -273,25 +273,25 @@ def test_a_new_project_gets_its_apis_enabled_first(stack_run):
     # Waiting for APIs joins nothing: Lustre still builds beside the cluster (test_lustre_builds_beside_the_cluster).
 
 
-def test_readme_configuration_table_has_a_row_for_every_key_the_program_reads():
-    """A key added to settings (and Pulumi.yaml) but not to README's infra table is undocumented; a row for a key
-    the program no longer reads would be refused by check_keys."""
+def test_configuration_table_has_a_row_for_every_key_the_program_reads():
+    """A key added to settings (and Pulumi.yaml) but not to docs/configuration.md's infra table is undocumented; a row
+    for a key the program no longer reads would be refused by check_keys."""
     from infra.settings import _OBJECT_KEYS, _PLAIN_KEYS, _SECRET_KEYS
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Infra stack (root project") : readme.index("### Job stack (")]
+    guide = (ROOT / "docs" / "configuration.md").read_text()
+    section = guide[guide.index("## Infra stack (root project") : guide.index("## Job stack (")]
     rows = set(re.findall(r"^\| `([^`]+)`", section, re.MULTILINE))
     read = {*_PLAIN_KEYS, *_OBJECT_KEYS, *_SECRET_KEYS}
     documented = {row.split(".")[0] for row in rows if not row.startswith("gcp:")}
-    assert read - documented == set(), "keys without a README row"
-    assert documented - read == set(), "README rows for keys the program does not read"
+    assert read - documented == set(), "keys without a row in docs/configuration.md"
+    assert documented - read == set(), "rows in docs/configuration.md for keys the program does not read"
 
 
-def test_readme_lists_every_api_and_the_deployers_roles():
+def test_docs_list_every_api_and_the_deployers_roles():
     from infra.services import DEPLOYER_ROLES, REQUIRED_APIS
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### 2. What a new project needs") : readme.index("### 3.")]
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    section = guide[guide.index("## What a new project needs") : guide.index("## Configuring and creating")]
     for name in [*REQUIRED_APIS, *DEPLOYER_ROLES]:
         assert f"`{name}`" in section, name
     assert "roles/compute.networkAdmin" in DEPLOYER_ROLES  # private services access: what Editor lacks

@@ -511,35 +511,113 @@ def test_cost_outputs_and_cost_file(rendered: Rendered):
     assert "unknown" not in text and "at least" not in text
 
 
-def test_readme_quotes_the_golden_cost_of_every_stack():
-    readme = (ROOT / "README.md").read_text()
+def documents() -> dict[str, str]:
+    return {path.relative_to(ROOT).as_posix(): path.read_text() for path in readme_cost.documents()}
+
+
+def test_docs_quote_the_golden_cost_of_every_stack():
+    """Each stack's whole cost.txt is quoted once, in whichever of README.md and docs/*.md holds its block."""
+    texts = documents()
+    assert "docs/cost.md" in texts
     for stack in STACKS:
         golden = (GOLDEN / stack / "cost.txt").read_text()
-        assert readme_cost.quoted(readme, stack) == golden, (
-            f"README.md's cost block for {stack} is not tests/golden/{stack}/cost.txt: run `make golden`"
+        quotes = {name: readme_cost.quoted(text, stack) for name, text in texts.items()}
+        quotes = {name: quote for name, quote in quotes.items() if quote is not None}
+        assert list(quotes.values()) == [golden], (
+            f"the cost block for {stack} ({list(quotes)}) is not tests/golden/{stack}/cost.txt: run `make golden`"
         )
+
+
+def test_readme_cost_summary_is_the_goldens():
+    """The README's one-line-per-stack summary: generated from the goldens, with every stack's four figures."""
+    readme = (ROOT / "README.md").read_text()
+    costs = {p.parent.name: p.read_text() for p in sorted(GOLDEN.glob("*/cost.txt"))}
+    block = readme_cost.quoted_summary(readme)
+    assert block == readme_cost.summary_block(costs), "README's cost summary is stale: run `make golden`"
+    assert readme.index(block) > readme.index("## What it costs")
+    for stack in STACKS:
+        text = costs[stack]
+        row = re.search(rf"^{re.escape(stack)} +(\S+) +(\S+) +(\S+) +(.+)$", block, re.M)
+        assert row, stack
+        assert f"per hour while the GPUs run: {row.group(1)}" in text
+        assert re.search(rf"^per hour idle \(no run\): +{re.escape(row.group(2))}$", text, re.M), stack
+        assert re.search(rf"^Lustre per month: +{re.escape(row.group(3))}$", text, re.M), stack
+        assert re.search(rf"^one run \(training steps only\): .* = {re.escape(row.group(4))}$", text, re.M), stack
 
 
 def test_readme_cost_tool_replaces_only_the_blocks():
     readme = (
-        "intro\n<!-- cost:dev -->\nold\n<!-- /cost:dev -->\nmiddle $1\n<!-- cost:b200 -->\n<!-- /cost:b200 -->\n"
+        "intro\n<!-- cost-summary -->\nold\n<!-- /cost-summary -->\nmiddle $1\n"
         "tear down\n<!-- after-destroy -->\nstale\n<!-- /after-destroy -->\nend\n"
     )
-    dev = "per hour: $5.76\nper month after destroy:     $5,400.00 (Lustre)\n"
-    b200 = "x \\1 y\nper month after destroy:     $0.00 (nothing)\n"
-    new = readme_cost.updated(readme, {"dev": dev, "b200": b200})
-    assert readme_cost.quoted(new, "dev") == dev
-    assert readme_cost.quoted(new, "b200") == b200  # taken literally, not as a regex template
-    assert readme_cost.quoted_after_destroy(new) == (
+    guide = (
+        "guide\n<!-- cost:dev -->\nold\n<!-- /cost:dev -->\nmiddle $1\n<!-- cost:b200 -->\n<!-- /cost:b200 -->\nend\n"
+    )
+    dev = (
+        "per hour while the GPUs run: $63.50\nper hour idle (no run):      $13.34\n"
+        "Lustre per month:            $5,400.00\nper month after destroy:     $5,400.00 (Lustre)\n"
+        "one run (training steps only): 1 x 3 = 2.75 GPU-hours, $17.24\n"
+    )
+    b200 = (
+        "per hour while the GPUs run: $1.00\nper hour idle (no run):      \\1\nLustre per month:            $0.00\n"
+        "per month after destroy:     $0.00 (nothing)\none run (training steps only): 2 x 10 = 8 GPU-hours, $9.00\n"
+    )
+    new = readme_cost.updated({"README.md": readme, "docs/cost.md": guide}, {"dev": dev, "b200": b200})
+    assert readme_cost.quoted(new["docs/cost.md"], "dev") == dev
+    assert readme_cost.quoted(new["docs/cost.md"], "b200") == b200  # taken literally, not as a regex template
+    assert readme_cost.quoted(new["README.md"], "dev") is None  # each block stays in the file that holds it
+    assert readme_cost.quoted_after_destroy(new["README.md"]) == (
         "<!-- after-destroy -->\n```text\ndev   $5,400.00 (Lustre)\nb200  $0.00 (nothing)\n```\n<!-- /after-destroy -->"
     )
-    assert new.startswith("intro\n") and "middle $1\n" in new and new.endswith("<!-- /after-destroy -->\nend\n")
-    with pytest.raises(SystemExit, match="no <!-- cost:h200 --> block"):
-        readme_cost.updated(readme, {"h200": "x\n"})
-    with pytest.raises(SystemExit, match="no <!-- after-destroy --> block"):
-        readme_cost.updated(readme.split("tear down")[0], {"dev": dev})
+    assert readme_cost.quoted_summary(new["README.md"]) == (
+        "<!-- cost-summary -->\n```text\n"
+        "stack  GPUs running, per hour  idle, per hour  Lustre per month  one run (training steps only)\n"
+        "dev    $63.50                  $13.34          $5,400.00         2.75 GPU-hours, $17.24\n"
+        "b200   $1.00                   \\1              $0.00             8 GPU-hours, $9.00\n"
+        "```\n<!-- /cost-summary -->"
+    )
+    assert new["README.md"].startswith("intro\n") and "middle $1\n" in new["README.md"]
+    assert new["README.md"].endswith("<!-- /after-destroy -->\nend\n")
+    assert new["docs/cost.md"].startswith("guide\n") and new["docs/cost.md"].endswith("<!-- /cost:b200 -->\nend\n")
+    with pytest.raises(
+        SystemExit, match=r"<!-- cost:h200 --> must be in exactly one of README.md, docs/cost.md; found in no file"
+    ):
+        readme_cost.updated({"README.md": readme, "docs/cost.md": guide}, {"h200": dev})
+    with pytest.raises(
+        SystemExit, match=r"<!-- cost:dev --> must be in exactly one .*; found in README.md, docs/cost.md"
+    ):
+        readme_cost.updated({"README.md": guide, "docs/cost.md": guide}, {"dev": dev})
+    with pytest.raises(SystemExit, match="<!-- after-destroy --> must be in exactly one"):
+        readme_cost.updated({"README.md": readme.split("tear down")[0], "docs/cost.md": guide}, {"dev": dev})
+    with pytest.raises(SystemExit, match="<!-- cost-summary --> must be in exactly one"):
+        readme_cost.updated({"README.md": readme.replace("cost-summary", "x"), "docs/cost.md": guide}, {"dev": dev})
     with pytest.raises(SystemExit, match="no single 'per month after destroy:' line"):
-        readme_cost.updated(readme, {"dev": "per hour: $5.76\n"})
+        readme_cost.updated({"README.md": readme, "docs/cost.md": guide}, {"dev": dev.replace("after destroy", "x")})
+    with pytest.raises(SystemExit, match=r"no single 'Lustre per month:' line"):
+        readme_cost.updated({"README.md": readme, "docs/cost.md": guide}, {"dev": dev.replace("Lustre", "x")})
+
+
+def test_readme_cost_check_names_the_stale_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--check exits 1 and names the file whose figures are stale; it writes nothing."""
+    (tmp_path / "docs").mkdir()
+    originals = documents()
+    for name, text in originals.items():
+        (tmp_path / name).write_text(text)
+    fresh = (tmp_path / "docs" / "cost.md").read_text()
+    stale = re.sub(r"(<!-- cost:dev -->\n```text\nper hour while the GPUs run: )\$", r"\1€", fresh)
+    assert stale != fresh
+    (tmp_path / "docs" / "cost.md").write_text(stale)
+    monkeypatch.setattr(readme_cost, "ROOT", tmp_path)
+    monkeypatch.setattr(readme_cost, "README", tmp_path / "README.md")
+    monkeypatch.setattr(readme_cost, "DOCS", tmp_path / "docs")
+    assert readme_cost.main(["--check"]) == 1
+    assert "docs/cost.md quotes stale cost figures" in capsys.readouterr().err
+    assert (tmp_path / "docs" / "cost.md").read_text() == stale  # --check writes nothing
+    assert readme_cost.main([]) == 0
+    assert (tmp_path / "docs" / "cost.md").read_text() == originals["docs/cost.md"]
+    assert readme_cost.main(["--check"]) == 0
 
 
 def test_readme_tear_down_quotes_what_every_stack_keeps_billing():
@@ -548,7 +626,7 @@ def test_readme_tear_down_quotes_what_every_stack_keeps_billing():
     costs = {p.parent.name: p.read_text() for p in sorted(GOLDEN.glob("*/cost.txt"))}
     block = readme_cost.quoted_after_destroy(readme)
     assert block == readme_cost.after_destroy_block(costs), "README's after-destroy block is stale: run `make golden`"
-    assert block is not None and readme.index(block) > readme.index("### 9. Tear down")
+    assert block is not None and readme.index(block) > readme.index("## Tear down")
     for stack in STACKS:
         assert re.search(rf"^{stack} +\$[0-9,]+\.[0-9]{{2}} \(the Lustre instance protectData keeps", block, re.M), (
             stack

@@ -1,11 +1,15 @@
-"""README.md against the code it documents: every config key the programs read is in a configuration table with its
-declared default, every stack output is in an outputs table, and every in-page link has a target. Five people edit
-the README at once; these are the parts that go stale without anyone noticing."""
+"""README.md and docs/ against the code they document: every config key the programs read is in a configuration table
+(docs/configuration.md) with its declared default, every stack output is in an outputs table, every component is in
+the design notes (docs/design.md), every relative link and #anchor resolves, and the README stays short. Five people
+edit these files at once; these are the parts that go stale without anyone noticing."""
 
 from __future__ import annotations
 
 import json
+import posixpath
 import re
+from collections.abc import Callable
+from pathlib import PurePosixPath
 
 import pytest
 import yaml
@@ -16,10 +20,19 @@ from infra import settings as infra_settings
 from tools.plan import EXAMPLE_STACKS
 
 README = (ROOT / "README.md").read_text()
+CONFIGURATION = (ROOT / "docs" / "configuration.md").read_text()
+DESIGN = (ROOT / "docs" / "design.md").read_text()
+# The README and every guide: where links, anchors and repository paths are checked.
+DOCUMENTS = {
+    path.relative_to(ROOT).as_posix(): path.read_text() for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+}
+README_MAX_LINES = 260
 
 
-def section(start: str, end: str) -> str:
-    return README[README.index(start) : README.index(end, README.index(start))]
+def section(text: str, start: str, end: str | None = None) -> str:
+    """From `start` to `end` (or to the end of `text`)."""
+    begin = text.index(start)
+    return text[begin:] if end is None else text[begin : text.index(end, begin)]
 
 
 def table_rows(text: str) -> dict[str, str]:
@@ -42,20 +55,26 @@ def default_cell(row: str) -> str:
 
 
 def check_key_documented(key: str, declared: dict | None, rows: dict[str, str]) -> None:
-    assert key in rows, f"config key {key!r} is read by the program but has no row in README's configuration table"
+    assert key in rows, f"config key {key!r} is read by the program but has no row in docs/configuration.md's tables"
     if declared is None:
         return
     cell = default_cell(rows[key])
     if "default" not in declared:
-        assert "required" in cell, f"{key}: declared without a default (so required), README says {cell!r}"
+        assert "required" in cell, (
+            f"{key}: declared without a default (so required), docs/configuration.md says {cell!r}"
+        )
         return
     default = declared["default"]
     if default == "":
         # An empty default means "derived" or "none"; the row must say so.
-        assert cell == '`""`' or "empty" in rows[key].lower(), f"{key}: default is empty, README says {cell!r}"
+        assert cell == '`""`' or "empty" in rows[key].lower(), (
+            f"{key}: default is empty, docs/configuration.md says {cell!r}"
+        )
         return
     shown = json.dumps(default) if isinstance(default, bool | list) else str(default)
-    assert cell == f"`{shown}`", f"{key}: Pulumi.yaml's default is {shown!r}, README's table says {cell!r}"
+    assert cell == f"`{shown}`", (
+        f"{key}: Pulumi.yaml's default is {shown!r}, docs/configuration.md's table says {cell!r}"
+    )
 
 
 INFRA_KEYS = (*infra_settings._PLAIN_KEYS, *infra_settings._OBJECT_KEYS, *infra_settings._SECRET_KEYS)
@@ -63,15 +82,15 @@ JOB_KEYS = (*job_settings._PLAIN_KEYS, *job_settings._OBJECT_KEYS)
 
 
 @pytest.mark.parametrize("key", INFRA_KEYS)
-def test_every_infra_config_key_is_in_the_readme_with_its_default(key: str):
-    rows = table_rows(section("### Infra stack (root project", "### Job stack"))
+def test_every_infra_config_key_is_documented_with_its_default(key: str):
+    rows = table_rows(section(CONFIGURATION, "## Infra stack (root project", "## Job stack"))
     declared = declared_config("Pulumi.yaml")
     check_key_documented(key, declared.get(key), rows)
 
 
 @pytest.mark.parametrize("key", JOB_KEYS)
-def test_every_job_config_key_is_in_the_readme_with_its_default(key: str):
-    rows = table_rows(section("### Job stack (", "### NeMo RL versions"))
+def test_every_job_config_key_is_documented_with_its_default(key: str):
+    rows = table_rows(section(CONFIGURATION, "## Job stack (", "## NeMo RL versions"))
     declared = declared_config("jobs/Pulumi.yaml")
     check_key_documented(key, declared.get(key), rows)
 
@@ -89,9 +108,9 @@ def golden_outputs(project: str) -> set[str]:
     return names
 
 
-def test_every_stack_output_is_in_the_readme():
+def test_every_stack_output_is_documented():
     """The golden plans hold what each program exports (infra/stack.py, workloads/stack.py, jobs/__main__.py)."""
-    outputs = section("### Stack outputs", "## Design notes")
+    outputs = section(CONFIGURATION, "## Stack outputs")
     infra_rows = table_rows(outputs[: outputs.index("Job stack (`jobs/__main__.py`)")])
     job_rows = table_rows(outputs[outputs.index("Job stack (`jobs/__main__.py`)") :])
     assert golden_outputs("infra") - set(infra_rows) == set()
@@ -107,28 +126,82 @@ def test_every_stack_output_is_in_the_readme():
     ):
         value = json.loads((ROOT / "tests" / "golden" / "h200" / "outputs.json").read_text())[project][name]
         missing = [field for field in value if not re.search(rf"\b{field}\b", rows[name])]
-        assert not missing, f"README's row for {name} does not name {missing}"
+        assert not missing, f"docs/configuration.md's row for {name} does not name {missing}"
 
 
 def heading_anchor(heading: str) -> str:
-    """GitHub's anchor for a heading: lowercase, punctuation but `-` and `_` dropped, spaces to `-`."""
+    """GitHub's anchor for a heading: tags dropped, lowercase, punctuation but `-` and `_` dropped, spaces to `-`."""
+    heading = re.sub(r"<[^>]+>", "", heading)
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_every_in_page_link_has_a_target():
-    outside_code = re.sub(r"```.*?```", "", README, flags=re.S)
-    targets = {heading_anchor(h) for h in re.findall(r"^#+ (.+)$", outside_code, flags=re.M)}
-    targets |= set(re.findall(r'<a id="([^"]+)"></a>', README))
-    links = set(re.findall(r"\]\(#([^)]+)\)", README))
-    assert links, "the README links to its own sections"
-    assert links - targets == set()
+def without_code(text: str) -> str:
+    """`text` without fenced blocks (Mermaid, shell, plans) and inline code, where `](` and `#` mean nothing."""
+    text = re.sub(r"^\s*```.*?^\s*```", "", text, flags=re.S | re.M)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def anchors(text: str) -> set[str]:
+    """Every anchor GitHub gives a Markdown file: heading slugs (a repeated one gets -1, -2, ...) and <a id>s."""
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} (.+)$", re.sub(r"^\s*```.*?^\s*```", "", text, flags=re.S | re.M), re.M):
+        slug = heading_anchor(heading)
+        found.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return found | set(re.findall(r'<a id="([^"]+)"></a>', text))
+
+
+def broken_links(documents: dict[str, str], exists: Callable[[str], bool]) -> list[str]:
+    """`file: target` for every relative link whose file does not exist or whose #anchor is not in that file."""
+    broken = []
+    for name, text in documents.items():
+        here = PurePosixPath(name).parent
+        for target in re.findall(r"\]\(([^)\s]+)\)", without_code(text)):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:: not ours to check offline
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = posixpath.normpath((here / path).as_posix()) if path else name
+            if resolved not in documents and not exists(resolved):
+                broken.append(f"{name}: {target} (no file {resolved})")
+            elif anchor and resolved.endswith(".md") and anchor not in anchors(documents.get(resolved, "")):
+                broken.append(f"{name}: {target} (no #{anchor} in {resolved})")
+    return broken
+
+
+def test_every_relative_link_and_anchor_resolves():
+    """README.md and docs/*.md: links between them, to their sections and to repository files all land."""
+    assert broken_links(DOCUMENTS, lambda path: (ROOT / path).exists()) == []
+    # Enough links are seen for the check to mean something: the README links into every guide.
+    readme_targets = set(re.findall(r"\]\((docs/[\w-]+\.md)", README))
+    assert {
+        f"docs/{name}" for name in ("operations.md", "configuration.md", "design.md", "security.md")
+    } <= readme_targets
+
+
+def test_the_link_check_finds_a_broken_file_an_anchor_and_a_repeated_heading():
+    documents = {
+        "README.md": '# T\n## Tear down\n<a id="creds"></a>\n[a](docs/x.md#b-1) [c](#tear-down) [d](#creds)\n',
+        "docs/x.md": "# X\n## B\n## B\n[back](../README.md#tear-down) [gone](y.md) [bad](../README.md#nope)\n"
+        "```sh\n[not a link](#in-code)\n```\n",
+    }
+    assert broken_links(documents, lambda path: False) == [
+        "docs/x.md: y.md (no file docs/y.md)",
+        "docs/x.md: ../README.md#nope (no #nope in README.md)",
+    ]
+
+
+def test_the_readme_stays_short():
+    """Issue 22: a newcomer reads it in ten minutes; everything else lives in docs/."""
+    lines = README.count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines, at most {README_MAX_LINES}: move detail to docs/"
 
 
 def test_every_component_is_in_the_design_notes_table_with_its_file():
     """Each `pulumi.ComponentResource` subclass in the three program trees has its row: class and file."""
     rows = {
         line.split("|")[1].strip(" `"): line.split("|")[2].strip(" `")
-        for line in section("**One component per concern.**", "The NIC names").splitlines()
+        for line in section(DESIGN, "**One component per concern.**", "The NIC names").splitlines()
         if line.startswith("| `")
     }
     found = {}
@@ -140,13 +213,13 @@ def test_every_component_is_in_the_design_notes_table_with_its_file():
     assert found == rows
 
 
-def test_object_keys_defaults_in_the_readme_are_the_settings_defaults():
+def test_object_keys_defaults_documented_are_the_settings_defaults():
     """`lustre`, `networkRanges`, `rayHead`, `rayWorker` have no Pulumi.yaml default: infra/settings.py holds them."""
     settings = infra_settings.build_settings(
         {"gcp:project": "p", "gcp:region": "europe-west1", "zone": "europe-west1-b", "gpuType": "nvidia-h200-141gb"}
         | {"gpuProvisioning": "spot"}  # nothing set for the objects: their defaults apply
     )
-    rows = table_rows(section("### Infra stack (root project", "### Job stack"))
+    rows = table_rows(section(CONFIGURATION, "## Infra stack (root project", "## Job stack"))
     ranges = settings.ranges
     expected = {
         "lustre.capacityGib": f"`{settings.lustre.capacity_gib}`",
@@ -164,10 +237,11 @@ def test_object_keys_defaults_in_the_readme_are_the_settings_defaults():
     assert {key: default_cell(rows[key]) for key in expected} == expected
 
 
-def test_every_repository_file_the_readme_names_exists():
+def test_every_repository_file_the_docs_name_exists():
     """Paths into the repository's own folders (`infra/services.py`, `tests/jobs/test_ray_2_55_1.py`, ...)."""
-    named = set(re.findall(r"`((?:infra|workloads|jobs|tools|tests|docs|\.ci)/[\w./-]+)`", README))
-    named |= set(re.findall(r"`((?:requirements|Pulumi|constraints)[\w.-]*\.(?:txt|yaml))`", README))
+    everything = "\n".join(DOCUMENTS.values())
+    named = set(re.findall(r"`((?:infra|workloads|jobs|tools|tests|docs|\.ci)/[\w./-]+)`", everything))
+    named |= set(re.findall(r"`((?:requirements|Pulumi|constraints)[\w.-]*\.(?:txt|yaml))`", everything))
     assert len(named) > 20, named  # the patterns still match what the README writes
     missing = sorted(name for name in named if "mine" not in name and not (ROOT / name).exists())
     assert missing == []

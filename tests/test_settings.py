@@ -335,7 +335,7 @@ def test_unknown_keys_are_refused_with_the_closest_known_one():
     # A nested key set without --path lands as a flat key: say how to set it.
     with pytest.raises(ConfigError, match=r"--path lustre.capacityGib"):
         check_keys("nemo-rl-gke", ["nemo-rl-gke:lustre.capacityGib"])
-    with pytest.raises(ConfigError, match=r"'nemo-rl-gke:colour'.*README"):
+    with pytest.raises(ConfigError, match=r"'nemo-rl-gke:colour'.*docs/configuration.md"):
         check_keys("nemo-rl-gke", ["nemo-rl-gke:colour"])
     # Every key the program reads, and the providers' own keys, pass.
     known = [f"nemo-rl-gke:{key}" for key in yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]]

@@ -558,7 +558,7 @@ def render(result: Result) -> str:
         "",
         f"Start-up cuts in this plan: {', '.join(inputs.cuts.names()) or 'none'}",
         f"Dominant phase with the cuts: {name} ({length:.1f} min of {result.cold_minutes:.1f}); next cut: "
-        f"{NEXT_CUTS.get(kind, NEXT_CUTS.get(name, 'see README, Faster start-up'))}",
+        f"{NEXT_CUTS.get(kind, NEXT_CUTS.get(name, 'see docs/design.md, Faster start-up'))}",
         "",
         "Cold, with the cuts (the phases that set the end, start -> end):",
         *_schedule_lines(result.cold),

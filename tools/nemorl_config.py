@@ -26,8 +26,10 @@ import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 
 def load_nemo_rl_config_module(nemo_rl_dir: Path) -> ModuleType:
@@ -76,22 +78,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     config_module = load_nemo_rl_config_module(nemo_rl_dir)
-    from omegaconf import OmegaConf
 
     register_resolvers(config_module)
-    os.chdir(nemo_rl_dir)  # the pipeline runs the entrypoint from the NeMo RL directory
-    try:
+
+    def build() -> Any:
         config = config_module.load_config(entry_args.config)
         if overrides:
             config = config_module.parse_hydra_overrides(config, overrides)
-        resolved = OmegaConf.to_container(config, resolve=True)
-    except Exception as exc:  # NeMo RL's own refusal, one line
-        message = " ".join(str(exc).split())
-        print(f"nemorl_config: NeMo RL refused the config: {type(exc).__name__}: {message}", file=sys.stderr)
-        return 1
-    json.dump(resolved, sys.stdout, sort_keys=True)
-    print()
-    return 0
+        return config
+
+    return print_resolved(nemo_rl_dir, build)
 
 
 def resolve_like_run_eval(nemo_rl_dir: Path, words: list[str]) -> int:
@@ -102,15 +98,26 @@ def resolve_like_run_eval(nemo_rl_dir: Path, words: list[str]) -> int:
     config_module = load_nemo_rl_config_module(nemo_rl_dir)
     from omegaconf import OmegaConf
 
-    os.chdir(nemo_rl_dir)
-    try:
+    def build() -> Any:
         overrides = OmegaConf.from_dotlist(remaining)
         config = config_module.load_config(entry_args.config or "examples/configs/evals/eval.yaml")
         if overrides:
             # run_eval.py reads sys.argv[1:] again here: all its words, --config=... included.
             config = OmegaConf.merge(config, OmegaConf.from_cli(list(words)))
-        resolved = OmegaConf.to_container(config, resolve=True)
-    except Exception as exc:
+        return config
+
+    return print_resolved(nemo_rl_dir, build)
+
+
+def print_resolved(nemo_rl_dir: Path, build: Callable[[], Any]) -> int:
+    """Build the config from the NeMo RL directory (the pipeline runs the entrypoints from there) and print it
+    resolved, as JSON; NeMo RL's own refusal is printed as one line and exits 1."""
+    from omegaconf import OmegaConf
+
+    os.chdir(nemo_rl_dir)
+    try:
+        resolved = OmegaConf.to_container(build(), resolve=True)
+    except Exception as exc:  # NeMo RL's own refusal, one line
         message = " ".join(str(exc).split())
         print(f"nemorl_config: NeMo RL refused the config: {type(exc).__name__}: {message}", file=sys.stderr)
         return 1

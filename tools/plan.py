@@ -11,7 +11,7 @@ placeholder secrets, and writes build/<stack>/:
   outputs.json                      both stacks' outputs, secret outputs as "[secret]"
   timeline.txt                      the modeled provisioning timeline (tools/timeline.py), then the start-up to the
                                     end of the first GRPO step, cold and warm (tools/first_step.py)
-  cost.txt                          the estimated cost (infra estimatedCost, job estimatedRun), as the README quotes it
+  cost.txt                          the estimated cost (infra estimatedCost, job estimatedRun), as docs/cost.md quotes
 Everything written is deterministic (sorted keys, stable order, no timestamps, no absolute paths), so a checked-in
 copy (tests/golden/) shows any change to what gets deployed in review. The folder is replaced as a whole, but only
 when it is an earlier plan output (or empty): another folder in its place is an error (exit 2), not deleted.
@@ -461,7 +461,7 @@ def timeline_text(plan: Plan) -> str:
 
 
 def cost_text(plan: Plan) -> str:
-    """The infra stack's estimatedCost and the job stack's estimatedRun, in dollars (README's cost section)."""
+    """The infra stack's estimatedCost and the job stack's estimatedRun, in dollars (docs/cost.md)."""
     cost = plan.infra.outputs.get("estimatedCost")
     if not isinstance(cost, dict):
         return "no estimatedCost output\n"

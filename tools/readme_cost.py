@@ -1,12 +1,15 @@
-"""Copy each golden plan's cost.txt (what `make plan` prints as the estimated cost) into README.md's cost section.
+"""Copy each golden plan's cost.txt (what `make plan` prints as the estimated cost) into the README and docs/.
 
     python tools/readme_cost.py [--check]
 
-The README holds one fenced block per stack between `<!-- cost:STACK -->` and `<!-- /cost:STACK -->`, and its
-tear-down section one block between `<!-- after-destroy -->` and `<!-- /after-destroy -->` with what each stack
-keeps billing after `pulumi destroy --exclude-protected` (the "per month after destroy" line of its cost.txt).
+Three kinds of marked block, each held by exactly one of README.md and docs/*.md (whichever file it sits in):
+- `<!-- cost:STACK -->` ... `<!-- /cost:STACK -->`: the stack's whole cost.txt (docs/cost.md holds them);
+- `<!-- cost-summary -->` ... `<!-- /cost-summary -->`: one line per stack with its key figures (the README's cost
+  summary);
+- `<!-- after-destroy -->` ... `<!-- /after-destroy -->`: what each stack keeps billing after
+  `pulumi destroy --exclude-protected` (the "per month after destroy" line of its cost.txt; the README's tear-down).
 `make golden` runs this after refreshing the plans, so the quoted figures are generated, never typed;
-tests/test_plan.py fails when they differ (--check exits 1 the same way).
+tests/test_plan.py fails when they differ (--check exits 1 the same way, naming the stale files).
 """
 
 from __future__ import annotations
@@ -19,7 +22,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 GOLDEN = ROOT / "tests" / "golden"
+
+
+def documents() -> list[Path]:
+    """The files that may hold a generated block: the README and every guide in docs/."""
+    return [README, *sorted(DOCS.glob("*.md"))]
 
 
 def block(stack: str, text: str) -> str:
@@ -30,15 +39,21 @@ def _pattern(stack: str) -> re.Pattern[str]:
     return re.compile(rf"<!-- cost:{re.escape(stack)} -->.*?<!-- /cost:{re.escape(stack)} -->", re.DOTALL)
 
 
-def quoted_after_destroy(readme: str) -> str | None:
-    """The after-destroy block the README's tear-down section holds, or None."""
-    match = AFTER_DESTROY.search(readme)
+def quoted_after_destroy(text: str) -> str | None:
+    """The after-destroy block `text` holds, or None."""
+    match = AFTER_DESTROY.search(text)
     return None if match is None else match.group(0)
 
 
-def quoted(readme: str, stack: str) -> str | None:
-    """The cost text the README quotes for `stack`, or None when it has no block for it."""
-    match = _pattern(stack).search(readme)
+def quoted_summary(text: str) -> str | None:
+    """The cost-summary block `text` holds, or None."""
+    match = SUMMARY.search(text)
+    return None if match is None else match.group(0)
+
+
+def quoted(text: str, stack: str) -> str | None:
+    """The cost text `text` quotes for `stack`, or None when it has no block for it."""
+    match = _pattern(stack).search(text)
     if not match:
         return None
     inner = re.search(r"```text\n(.*?)\n```", match.group(0), re.DOTALL)
@@ -47,48 +62,88 @@ def quoted(readme: str, stack: str) -> str | None:
 
 AFTER_DESTROY = re.compile(r"<!-- after-destroy -->.*?<!-- /after-destroy -->", re.DOTALL)
 AFTER_DESTROY_PREFIX = "per month after destroy:"
+SUMMARY = re.compile(r"<!-- cost-summary -->.*?<!-- /cost-summary -->", re.DOTALL)
+# Summary column -> the cost.txt line it is taken from (the text after the prefix, as the plan prints it).
+SUMMARY_COLUMNS = {
+    "GPUs running, per hour": "per hour while the GPUs run:",
+    "idle, per hour": "per hour idle (no run):",
+    "Lustre per month": "Lustre per month:",
+    "one run (training steps only)": "one run (training steps only):",
+}
+
+
+def _line(stack: str, text: str, prefix: str) -> str:
+    """The rest of the one line of `text` that starts with `prefix`."""
+    found = [line for line in text.splitlines() if line.startswith(prefix)]
+    if len(found) != 1:
+        raise SystemExit(f"readme_cost: {stack}'s cost.txt has no single '{prefix}' line")
+    return found[0].removeprefix(prefix).strip()
 
 
 def after_destroy_block(costs: dict[str, str]) -> str:
     """One line per stack: what it keeps billing after a destroy, from its cost.txt."""
     width = max(len(stack) for stack in costs) + 2
-    lines = []
-    for stack, text in costs.items():
-        found = [line for line in text.splitlines() if line.startswith(AFTER_DESTROY_PREFIX)]
-        if len(found) != 1:
-            raise SystemExit(f"readme_cost: {stack}'s cost.txt has no single '{AFTER_DESTROY_PREFIX}' line")
-        lines.append(f"{stack:<{width}}{found[0].removeprefix(AFTER_DESTROY_PREFIX).strip()}")
+    lines = [f"{stack:<{width}}{_line(stack, text, AFTER_DESTROY_PREFIX)}" for stack, text in costs.items()]
     body = "\n".join(lines)
     return f"<!-- after-destroy -->\n```text\n{body}\n```\n<!-- /after-destroy -->"
+
+
+def summary_block(costs: dict[str, str]) -> str:
+    """A table of every stack's key figures: per hour running and idle, Lustre per month, one run."""
+    rows = [["stack", *SUMMARY_COLUMNS]]
+    for stack, text in costs.items():
+        run = _line(stack, text, SUMMARY_COLUMNS["one run (training steps only)"])
+        values = [_line(stack, text, prefix) for prefix in list(SUMMARY_COLUMNS.values())[:-1]]
+        rows.append([stack, *values, run.split(" = ", 1)[-1]])
+    widths = [max(len(row[i]) for row in rows) + 2 for i in range(len(rows[0]) - 1)]
+    body = "\n".join("".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + row[-1] for row in rows)
+    return f"<!-- cost-summary -->\n```text\n{body}\n```\n<!-- /cost-summary -->"
 
 
 def _constant(text: str) -> Callable[[re.Match[str]], str]:
     return lambda _: text
 
 
-def updated(readme: str, costs: dict[str, str]) -> str:
+def _replace_in_one(texts: dict[str, str], pattern: re.Pattern[str], new: str, marker: str) -> None:
+    """Replace the block `pattern` finds in the one text that holds it (in place, in `texts`)."""
+    holders = [name for name, text in texts.items() if pattern.search(text)]
+    if len(holders) != 1:
+        where = "no file" if not holders else ", ".join(holders)
+        raise SystemExit(
+            f"readme_cost: <!-- {marker} --> must be in exactly one of {', '.join(texts)}; found in {where}"
+        )
+    # A function, not a string: the text must not be read as a regex replacement template.
+    texts[holders[0]] = pattern.sub(_constant(new), texts[holders[0]])
+
+
+def updated(texts: dict[str, str], costs: dict[str, str]) -> dict[str, str]:
+    """File name -> its text with every generated block refreshed from `costs` (stack -> cost.txt)."""
+    texts = dict(texts)
     for stack, text in costs.items():
-        if _pattern(stack).search(readme) is None:
-            raise SystemExit(f"readme_cost: README.md has no <!-- cost:{stack} --> block")
-        # A function, not a string: the text must not be read as a regex replacement template.
-        readme = _pattern(stack).sub(_constant(block(stack, text)), readme)
+        _replace_in_one(texts, _pattern(stack), block(stack, text), f"cost:{stack}")
     if costs:
-        if AFTER_DESTROY.search(readme) is None:
-            raise SystemExit("readme_cost: README.md has no <!-- after-destroy --> block")
-        readme = AFTER_DESTROY.sub(_constant(after_destroy_block(costs)), readme)
-    return readme
+        _replace_in_one(texts, SUMMARY, summary_block(costs), "cost-summary")
+        _replace_in_one(texts, AFTER_DESTROY, after_destroy_block(costs), "after-destroy")
+    return texts
+
+
+def golden_costs() -> dict[str, str]:
+    return {p.parent.name: p.read_text() for p in sorted(GOLDEN.glob("*/cost.txt"))}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only report whether README.md is up to date")
+    parser.add_argument("--check", action="store_true", help="only report whether the quoted figures are up to date")
     args = parser.parse_args(argv)
-    costs = {p.parent.name: p.read_text() for p in sorted(GOLDEN.glob("*/cost.txt"))}
-    readme = README.read_text()
-    new = updated(readme, costs)
+    texts = {path.relative_to(ROOT).as_posix(): path.read_text() for path in documents()}
+    new = updated(texts, golden_costs())
+    stale = [name for name in texts if new[name] != texts[name]]
     if args.check:
-        return 0 if new == readme else 1
-    README.write_text(new)
+        for name in stale:
+            print(f"readme_cost: {name} quotes stale cost figures: run `make golden`", file=sys.stderr)
+        return 1 if stale else 0
+    for name in stale:
+        (ROOT / name).write_text(new[name])
     return 0
 
 

@@ -12,7 +12,7 @@ works: the kubelet connects inside the pod's network namespace, which no Network
 Selectors match the labels KubeRay puts on the pods it creates (ray.io/cluster, ray.io/node-type: a template cannot
 override them), held against the real chart's render in tests/test_ray_pods.py. A label is a claim, not an
 identity: any pod whose creator copies `ray.io/cluster=<name>` or the submitter label passes. So the fence is only as
-tight as who may create pods in the namespace (the README's threat table).
+tight as who may create pods in the namespace (docs/security.md's threat table).
 """
 
 from __future__ import annotations

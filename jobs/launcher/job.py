@@ -9,11 +9,12 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from launcher.pipeline import SCRIPTS_MOUNT, STOP_TIMEOUT_S, job_name, run_marker_name
+from launcher.pipeline import SCRIPTS_MOUNT, STOP_TIMEOUT_S, SUBMITTER_PACKAGE, job_name, run_marker_name
 from launcher.settings import InfraOutputs, JobSettings
 
 JOBS_DIR = Path(__file__).resolve().parent.parent
-# What the submitter pod carries: the submitter itself and the scripts it copies to Lustre for the Ray jobs.
+# What the submitter pod carries: the submitter itself (and every module of its package, see launcher_files) and the
+# scripts it copies to Lustre for the Ray jobs.
 SCRIPT_FILES = (
     "ray_submit.py",
     "wait_for_workers.py",
@@ -76,9 +77,29 @@ class PipelineJobArgs:
     script: str
 
 
+def launcher_files() -> dict[str, Path]:
+    """What the launcher volume holds, by path under the mount: each script under its base name, side by side, and
+    every module of the submitter's package in its folder beside ray_submit.py, which imports it from there."""
+    files = {Path(name).name: JOBS_DIR / name for name in SCRIPT_FILES}
+    for module in sorted((JOBS_DIR / SUBMITTER_PACKAGE).glob("*.py")):
+        files[f"{SUBMITTER_PACKAGE}/{module.name}"] = module
+    return files
+
+
+def config_map_key(path: str) -> str:
+    """A ConfigMap key cannot hold '/': submitter/cli.py is kept as submitter.cli.py, put back by the volume's items."""
+    return path.replace("/", ".")
+
+
 def script_files() -> dict[str, str]:
-    """ConfigMap data: each script under its base name."""
-    return {Path(name).name: (JOBS_DIR / name).read_text() for name in SCRIPT_FILES}
+    """ConfigMap data: each file of the launcher volume under its key."""
+    return {config_map_key(path): source.read_text() for path, source in launcher_files().items()}
+
+
+def volume_items(keys: list[str]) -> list[k8s.core.v1.KeyToPathArgs]:
+    """Every key of the ConfigMap at its path under the mount (a volume with items projects only the keys listed)."""
+    paths = {config_map_key(path): path for path in launcher_files()}
+    return [k8s.core.v1.KeyToPathArgs(key=key, path=paths.get(key, key)) for key in sorted(keys)]
 
 
 class PipelineJob(pulumi.ComponentResource):
@@ -211,7 +232,9 @@ class PipelineJob(pulumi.ComponentResource):
                         volumes=[
                             k8s.core.v1.VolumeArgs(
                                 name="launcher",
-                                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=self.config_map.metadata.name),
+                                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+                                    name=self.config_map.metadata.name, items=volume_items(list(data))
+                                ),
                             ),
                             k8s.core.v1.VolumeArgs(
                                 name="data",

@@ -5,13 +5,15 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from ray_submit import DEFAULT_MAX_RESUBMITS, attempt_id
+from submitter.attempts import DEFAULT_MAX_RESUBMITS, attempt_id
 
 from launcher.settings import BENCHMARK_MEASURED_STEPS, FLAT_DATA, PUBLISHED_H100, InfraOutputs, JobSettings
 
 NEMO_RL_DIR = "/opt/nemo-rl"  # where the NeMo RL image keeps its sources and uv project
 SCRIPTS_MOUNT = "/opt/launcher"  # the ConfigMap with our scripts, inside the submitter pod
 SUBMITTER = f"{SCRIPTS_MOUNT}/ray_submit.py"
+# ray_submit.py's modules, in a folder beside it (in the ConfigMap volume and in the per-run copy on Lustre).
+SUBMITTER_PACKAGE = "submitter"
 WAIT_FOR_WORKERS = f"{SCRIPTS_MOUNT}/wait_for_workers.py"
 BENCHMARK_SUMMARY = f"{SCRIPTS_MOUNT}/benchmark_summary.py"
 # The data NeMo RL's performance recipes train on (data.dataset_name OpenMathInstruct-2: the hub dataset's train_1M
@@ -256,14 +258,7 @@ def benchmark_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
         ckpt = f"{checkpoint_dir(job, infra)}/{mode}"
         train_args = [f"--config={published.recipe}", *benchmark_overrides(job, infra, mode)]
         if mode == "sync":  # the model both recipes train, into HF_HOME on Lustre first, as for a run
-            steps.append(
-                Step(
-                    "prefetch-weights",
-                    f"{job.run_name}-prefetch-weights",
-                    _in_nemo_rl(f"{scripts}/prefetch_weights.py", "--", *train_args),
-                    on_failure="access to the Hugging Face hub (HF_TOKEN, the Llama 3.1 licence accepted) and Lustre",
-                )
-            )
+            steps.append(prefetch_step(job, scripts, train_args, "the Llama 3.1 licence accepted"))
         train = _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, *train_args)
         steps.append(
             Step(
@@ -371,6 +366,17 @@ def base_model_args(job: JobSettings) -> list[str]:
     return [f"--model={model}"] if model else [f"--model-of-recipe={job.recipe}"]
 
 
+def prefetch_step(job: JobSettings, scripts: str, train_args: list[str], licence: str) -> Step:
+    """prefetch-weights: every model the train step's own arguments name, into HF_HOME on Lustre (skipped when
+    complete), resolved with the image's NeMo RL."""
+    return Step(
+        "prefetch-weights",
+        f"{job.run_name}-prefetch-weights",
+        _in_nemo_rl(f"{scripts}/prefetch_weights.py", "--", *train_args),
+        on_failure=f"access to the Hugging Face hub (HF_TOKEN, {licence}) and Lustre",
+    )
+
+
 def _in_nemo_rl(script: str, *args: str) -> list[str]:
     """Run a Python script with NeMo RL's own environment (torch, ray, datasets), from its directory."""
     return ["cd", NEMO_RL_DIR, "&&", "uv", "run", "python", script, *args]
@@ -431,14 +437,7 @@ def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
     # Every model the run reads, into HF_HOME on Lustre before the base evaluation and train: their vLLM and policy
     # workers then load from the cache instead of downloading while they start. It takes the train step's own
     # arguments, resolves them with the image's NeMo RL and skips models already complete.
-    steps.append(
-        Step(
-            "prefetch-weights",
-            f"{job.run_name}-prefetch-weights",
-            _in_nemo_rl(f"{scripts}/prefetch_weights.py", "--", *train_args),
-            on_failure="access to the Hugging Face hub (HF_TOKEN, the model licence accepted on the hub) and Lustre",
-        )
-    )
+    steps.append(prefetch_step(job, scripts, train_args, "the model licence accepted on the hub"))
     if job.eval_base:
         steps.append(eval_step("eval-base", base_model_args(job), job, infra, cached=True))
     train = _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, *train_args)
@@ -582,7 +581,7 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
         'trap \'if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; wait "$child"; fi; exit 143\' TERM',
         'in_background() { "$@" & child=$!; wait "$child"; }',
         f"mkdir -p {shlex.quote(scripts)}",
-        f"cp -L {SCRIPTS_MOUNT}/*.py {shlex.quote(scripts)}/",
+        f"cp -RL {SCRIPTS_MOUNT}/*.py {SCRIPTS_MOUNT}/{SUBMITTER_PACKAGE} {shlex.quote(scripts)}/",
         # GPU nodes come from zero: wait for them (a timeout exits 4 and the Job retries) rather than let a Ray job
         # fail for lack of workers, which would spend its submission id. Once, before the first step without an
         # outcome record: a pod that finds every step recorded (a replaced Job of a finished run) starts no GPU node.

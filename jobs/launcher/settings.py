@@ -319,8 +319,9 @@ def _release(raw: Any, image: str, stack: str) -> NemoRlRelease:
         raise ConfigError(
             key,
             None,
-            f"the NeMo RL release of the infra's image {image}: its tag is not a release the pipeline knows (see "
-            f"the README's NeMo RL versions), or {stack} predates this output (run `pulumi up` in the infra project)",
+            f"the NeMo RL release of the infra's image {image}: its tag is not a release the pipeline knows "
+            f"(see docs/configuration.md, NeMo RL versions), or {stack} predates this output "
+            "(run `pulumi up` in the infra project)",
         )
     fields = ("tag", "grpoEntrypoint", "dataLayout")
     if not isinstance(raw, Mapping) or any(not isinstance(raw.get(name), str) for name in fields):
@@ -576,7 +577,7 @@ def check_keys(project: str, keys: Iterable[str]) -> None:
         namespace, _, key = full_key.rpartition(":")
         if namespace == project and key not in known:
             match = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-            hint = f"did you mean '{match[0]}'?" if match else "see the job stack's table in README.md"
+            hint = f"did you mean '{match[0]}'?" if match else "see the job stack's table in docs/configuration.md"
             raise UnknownKeyError(full_key, hint)
         if namespace != project and difflib.get_close_matches(namespace, [project]):
             raise UnknownKeyError(full_key, f"its namespace is not {project!r}; did you mean '{project}:{key}'?")

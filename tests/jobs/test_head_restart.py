@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 from ray_head import RAY_BIN, RayHead, closed_port, wait_for
 from script_loader import load_script
+from submitter import errors, ray_api
+from submitter import records as step_records
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "jobs" / "ray_submit.py"
@@ -55,7 +57,7 @@ def _status(address: str, sid: str) -> str | None:
 
 
 def _session(address: str) -> str:
-    return rs.probe_version(address)
+    return ray_api.probe_version(address)
 
 
 def _env() -> dict[str, str]:
@@ -119,7 +121,7 @@ def test_head_restart_mid_step_is_survived_and_recorded_steps_are_skipped(
         head.address, train, train_words, "--max-retries=2", "--max-resubmits=0", f"--record={train_record}"
     )
     code, out = _restart_while_running(head, train_args, train, train_marker)
-    assert code == rs.EXIT_SUCCEEDED, out
+    assert code == errors.EXIT_SUCCEEDED, out
     assert f"the Ray head restarted while job {train} ran" in out
     assert f"attempt 1 of 3 ({train}) was lost in the head restart; retrying as {train}-r1 (retry 1 of 2)" in out
     assert out.count("trained-42") == 1, out
@@ -139,7 +141,7 @@ def test_head_restart_mid_step_is_survived_and_recorded_steps_are_skipped(
         head.address, data, _first_run_hangs(data_marker, "prepared-$((2+2))"), f"--record={records / 'data.json'}"
     )
     code, out = _restart_while_running(head, data_args, data, data_marker)
-    assert code == rs.EXIT_SUCCEEDED, out
+    assert code == errors.EXIT_SUCCEEDED, out
     assert f"submitting {data} again on the restarted head (resubmission 1 of 3)" in out
     assert _last_line(out) == f"ray_submit: job {data} SUCCEEDED"
     assert data_marker.read_text().splitlines() == ["run", "run"]
@@ -148,7 +150,7 @@ def test_head_restart_mid_step_is_survived_and_recorded_steps_are_skipped(
     # 3. A new submitter pod after that restart: the head knows nothing of the train step; its record does.
     assert _status(head.address, train) is None and _status(head.address, f"{train}-r1") is None
     again = _run(train_args)
-    assert again.returncode == rs.EXIT_SUCCEEDED, again.stdout + again.stderr
+    assert again.returncode == errors.EXIT_SUCCEEDED, again.stdout + again.stderr
     assert f"the step record {train_record} says job {train}-r1 SUCCEEDED" in again.stdout
     assert "submitting job" not in again.stdout and "connecting" not in again.stdout  # Ray is not even asked
     assert _last_line(again.stdout) == f"ray_submit: job {train}-r1 SUCCEEDED"
@@ -159,7 +161,7 @@ def test_head_restart_mid_step_is_survived_and_recorded_steps_are_skipped(
     changed = _run(
         _args(head.address, train, ["sh", "-c", "echo other"], "--max-retries=2", f"--record={train_record}")
     )
-    assert changed.returncode == rs.EXIT_USAGE, changed.stdout + changed.stderr
+    assert changed.returncode == errors.EXIT_USAGE, changed.stdout + changed.stderr
     assert f"the step record {train_record} says {train} SUCCEEDED with another command" in changed.stdout
     assert _last_line(changed.stdout) == f"ray_submit: job {train}: not run (the id is taken by another command)"
     assert _status(head.address, train) is None
@@ -173,7 +175,7 @@ def test_retries_spent_on_head_restarts_end_the_run(restartable_head: RayHead, t
     record = tmp_path / "train.json"
     args = _args(head.address, sid, _first_run_hangs(marker, "never"), "--max-resubmits=0", f"--record={record}")
     code, out = _restart_while_running(head, args, sid, marker)
-    assert code == rs.EXIT_FAILED, out
+    assert code == errors.EXIT_FAILED, out
     assert "this step is not retried" in out
     assert _last_line(out) == f"ray_submit: job {sid} FAILED (lost in a Ray head restart, no retries left)"
     assert marker.read_text().splitlines() == ["run"]
@@ -198,7 +200,7 @@ def test_a_record_deleted_while_the_head_stays_up_ends_the_run(ray_address: str,
         out, _ = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == rs.EXIT_FAILED, out
+    assert proc.returncode == errors.EXIT_FAILED, out
     assert f"and the head did not restart (its session {session} is the one the job ran on)" in out
     assert "was deleted (`ray job delete`) while the head stayed up" in out
     assert (
@@ -216,7 +218,7 @@ def test_a_new_submitter_finds_an_attempt_past_a_gap(ray_address: str) -> None:
     words = ["sh", "-c", "sleep 2; echo gap-$((3*3))"]
     _client(ray_address).submit_job(entrypoint=shlex.join(words), submission_id=f"{sid}-r1")
     result = _run(_args(ray_address, sid, words, "--max-retries=2"))
-    assert result.returncode == rs.EXIT_SUCCEEDED, result.stdout + result.stderr
+    assert result.returncode == errors.EXIT_SUCCEEDED, result.stdout + result.stderr
     assert f"{sid}-r1 is the latest attempt of {sid}" in result.stdout
     assert "submitting job" not in result.stdout
     assert result.stdout.count("gap-9") == 1
@@ -230,19 +232,19 @@ def test_a_new_submitter_finds_an_attempt_past_a_gap(ray_address: str) -> None:
 def test_a_recorded_step_needs_no_ray(tmp_path: Path) -> None:
     record = tmp_path / "step.json"
     words = ["python", "prepare.py", "--out=/data/x y"]
-    rs.write_record(
+    step_records.write_record(
         str(record),
         {"submission_id": "r-prep", "job": "r-prep", "status": "SUCCEEDED", "command": shlex.join(words)},
     )
     assert oct(record.stat().st_mode & 0o777) == "0o644"
     started = time.monotonic()
     result = _run(_args(f"http://127.0.0.1:{closed_port()}", "r-prep", words, f"--record={record}"), timeout=60)
-    assert result.returncode == rs.EXIT_SUCCEEDED, result.stdout + result.stderr
+    assert result.returncode == errors.EXIT_SUCCEEDED, result.stdout + result.stderr
     assert time.monotonic() - started < 20
     assert _last_line(result.stdout) == "ray_submit: job r-prep SUCCEEDED"
     # Another id under the same record (a record copied from another run) is no proof either.
     other = _run(_args(f"http://127.0.0.1:{closed_port()}", "r-other", words, f"--record={record}"), timeout=60)
-    assert other.returncode == rs.EXIT_USAGE, other.stdout
+    assert other.returncode == errors.EXIT_USAGE, other.stdout
     assert "says r-prep SUCCEEDED with another command" in other.stdout
 
 
@@ -258,7 +260,7 @@ def test_an_unreadable_record_is_refused_not_ignored(tmp_path: Path, content: st
     record = tmp_path / "step.json"
     record.write_text(content)
     result = _run(_args(f"http://127.0.0.1:{closed_port()}", "r", ["true"], f"--record={record}"), timeout=60)
-    assert result.returncode == rs.EXIT_USAGE, result.stdout + result.stderr
+    assert result.returncode == errors.EXIT_USAGE, result.stdout + result.stderr
     assert expected in result.stdout
     assert _last_line(result.stdout) == "ray_submit: job r: not run (unreadable step record)"
 
@@ -266,14 +268,14 @@ def test_an_unreadable_record_is_refused_not_ignored(tmp_path: Path, content: st
 def test_a_failed_record_write_leaves_the_old_record_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     record = tmp_path / "step.json"
     old = {"submission_id": "a", "job": "a", "status": "SUCCEEDED", "command": "old"}
-    rs.write_record(str(record), old)
+    step_records.write_record(str(record), old)
 
     def broken_dump(*args: Any, **kwargs: Any) -> None:
         args[1].write('{"submission_id": "half')
         raise OSError("disk full")
 
-    monkeypatch.setattr(rs.json, "dump", broken_dump)
+    monkeypatch.setattr(step_records.json, "dump", broken_dump)
     with pytest.raises(OSError, match="disk full"):
-        rs.write_record(str(record), {**old, "command": "new"})
+        step_records.write_record(str(record), {**old, "command": "new"})
     assert json.loads(record.read_text()) == old
     assert [p.name for p in tmp_path.iterdir()] == ["step.json"]

@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 from conftest import ROOT, run_infra_stack
 from launcher.job import SCRIPT_FILES
-from launcher.pipeline import entrypoint_text, grpo_overrides, pipeline_script, pipeline_steps
+from launcher.pipeline import (
+    SCRIPTS_MOUNT,
+    SUBMITTER,
+    SUBMITTER_PACKAGE,
+    entrypoint_text,
+    grpo_overrides,
+    pipeline_script,
+    pipeline_steps,
+)
 from launcher.settings import ConfigError, InfraOutputs, build_infra_outputs, build_job_settings
 from script_loader import load_script
 from upstream import reference
@@ -378,12 +386,15 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     assert volumes["data"]["persistentVolumeClaim"]["claimName"] == infra["lustrePvcName"]
     config_map = run.one("kubernetes:core/v1:ConfigMap", "pipeline-scripts").inputs
     assert volumes["launcher"]["configMap"]["name"] == config_map["metadata"]["name"]
+    package = {f"{SUBMITTER_PACKAGE}.{module.name}" for module in (JOBS / SUBMITTER_PACKAGE).glob("*.py")}
+    assert {f"{SUBMITTER_PACKAGE}.{name}" for name in ("cli.py", "attempts.py", "stop_on_delete.py")} <= package
     assert set(config_map["data"]) == {
         "ray_submit.py", "wait_for_workers.py", "prepare_gsm8k.py", "convert_checkpoint.py", "nccl_allreduce.py",
         "lustre_io.py", "checkpoint_guard.py", "export_gcs.py", "eval_model.py", "eval_summary.py",
-        "prefetch_weights.py", "prepare_openmathinstruct2.py", "benchmark_summary.py", "pipeline.sh",
+        "prefetch_weights.py", "prepare_openmathinstruct2.py", "benchmark_summary.py", "pipeline.sh", *package,
     }  # fmt: skip
     assert config_map["data"]["ray_submit.py"] == (JOBS / "ray_submit.py").read_text()
+    assert config_map["data"]["submitter.attempts.py"] == (JOBS / "submitter" / "attempts.py").read_text()
     # The Job's address and ids come from the infra outputs.
     assert f"--address={infra['rayAddress']}" in config_map["data"]["pipeline.sh"]
     provider = run.one("pulumi:providers:kubernetes")
@@ -394,6 +405,40 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     assert provider.inputs["clusterIdentifier"] == infra["clusterId"]
     assert run.outputs["followLogs"] == f"kubectl --namespace {infra['namespace']} logs -f job/{run.outputs['jobName']}"
     assert run.outputs["dashboardPortForward"] == infra["dashboardPortForward"]
+
+
+def test_the_submitter_runs_from_its_volume_and_from_the_copy_on_lustre(infra_outputs, tmp_path: Path):
+    """The launcher ConfigMap laid out as the kubelet mounts it (each item at its path), then copied as pipeline.sh
+    copies it to Lustre: from both folders ray_submit.py imports every module of its package and runs, with nothing
+    of the repository on the path (a recorded step: it reports the record and needs no Ray head)."""
+    import subprocess
+
+    run = run_jobs("h200", infra_outputs)
+    data = run.one("kubernetes:core/v1:ConfigMap", "pipeline-scripts").inputs["data"]
+    volumes = run.one("kubernetes:batch/v1:Job").inputs["spec"]["template"]["spec"]["volumes"]
+    items = next(v for v in volumes if v["name"] == "launcher")["configMap"]["items"]
+    assert sorted(item["key"] for item in items) == sorted(data)  # a volume with items projects only those listed
+    mount = tmp_path / "opt-launcher"
+    for item in items:
+        (mount / item["path"]).parent.mkdir(parents=True, exist_ok=True)
+        (mount / item["path"]).write_text(data[item["key"]])
+    assert sorted(p.name for p in (mount / SUBMITTER_PACKAGE).iterdir()) == sorted(
+        p.name for p in (JOBS / SUBMITTER_PACKAGE).glob("*.py")
+    )
+    copy = next(line for line in data["pipeline.sh"].splitlines() if line.startswith("cp "))
+    lustre = tmp_path / "lustre-scripts"
+    lustre.mkdir()
+    sources, _destination = copy.rsplit(" ", 1)  # the run's scripts folder on Lustre: here, a local one
+    subprocess.run(["bash", "-c", f"{sources.replace(SCRIPTS_MOUNT, str(mount))} {lustre}/"], check=True)
+    record = tmp_path / "train.json"
+    record.write_text(json.dumps({"submission_id": "s1", "job": "s1-r1", "status": "SUCCEEDED", "command": "true"}))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
+    for folder in (mount, lustre):
+        submitter = SUBMITTER.replace(SCRIPTS_MOUNT, str(folder))
+        args = [sys.executable, submitter, "--address=http://127.0.0.1:9", "--submission-id=s1", f"--record={record}"]
+        result = subprocess.run([*args, "--", "true"], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.splitlines()[-1] == "ray_submit: job s1-r1 SUCCEEDED", folder
 
 
 def test_job_program_pipeline_output_lists_every_step(infra_outputs):
@@ -581,13 +626,17 @@ def test_scripts_run_with_the_images_plain_python_import_only_what_it_has(infra_
     used = {name for s in steps for name in plain_python_scripts(s.entrypoint)}
     used |= set(plain_python_scripts(shlex.split(pipeline_script(job, infra, steps))))
     assert used == {"checkpoint_guard.py", "export_gcs.py", "ray_submit.py", "wait_for_workers.py", "eval_summary.py"}
-    files = {Path(f).name: JOBS / f for f in SCRIPT_FILES}
-    for name in used:
-        tree = ast.parse(files[name].read_text())
+    files = [(Path(f).name, JOBS / f) for f in SCRIPT_FILES if Path(f).name in used]
+    # The submitter's own package, shipped beside it: each module under the submitter's rules.
+    files += [("ray_submit.py", module) for module in sorted((JOBS / SUBMITTER_PACKAGE).glob("*.py"))]
+    for name, path in files:
+        tree = ast.parse(path.read_text())
+        assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree)), path  # absolute only
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-        allowed = {*sys.stdlib_module_names, "__future__", *(["ray"] if name in RAY_CLIENTS else [])}
-        assert {m.split(".")[0] for m in imported} <= allowed, name
+        own = [SUBMITTER_PACKAGE] if name == "ray_submit.py" else []
+        allowed = {*sys.stdlib_module_names, "__future__", *(["ray"] if name in RAY_CLIENTS else []), *own}
+        assert {m.split(".")[0] for m in imported} <= allowed, path
 
 
 def test_lifecycle_outputs(infra_outputs):

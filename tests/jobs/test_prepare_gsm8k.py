@@ -434,9 +434,10 @@ def test_raw_gsm8k_answer_as_ground_truth_never_rewards(prepared: list[tuple[str
 
 
 def test_v0_7_0_built_in_gsm8k_ground_truth_also_rewards_a_correct_answer(prepared: list[tuple[str, str]]) -> None:
-    """Evidence for the choice of data on v0.7.0 (README, NeMo RL versions): its built-in `gsm8k` dataset keeps the
-    text after '####' with its thousands separators, and the math reward still scores a correct answer 1 against it,
-    so the prepared files were kept for other reasons. The extraction is v0.7.0's own function, run on our rows."""
+    """Evidence for the choice of data on v0.7.0 (docs/configuration.md, NeMo RL versions): its built-in `gsm8k`
+    dataset keeps the text after '####' with its thousands separators, and the math reward still scores a correct
+    answer 1 against it, so the prepared files were kept for other reasons. The extraction is v0.7.0's own function,
+    run on our rows."""
     source_path = reference("nemo-rl-v0.7.0") / "nemo_rl" / "data" / "datasets" / "response_datasets" / "gsm8k.py"
     source = source_path.read_text()
     function = next(

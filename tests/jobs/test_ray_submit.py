@@ -25,6 +25,8 @@ from typing import Any, ClassVar
 import pytest
 from ray_head import closed_port, wait_for
 from script_loader import load_script
+from submitter import attempts as attempts_module
+from submitter import errors, head_restart, log_follower, output, ray_api, stop_on_delete
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "jobs" / "ray_submit.py"
@@ -88,7 +90,7 @@ def test_succeeded_streams_logs_once_and_exits_0(ray_address: str, client: Any) 
     sid = _new_id("ok")
     # The job prints "answer-42"; the entrypoint text itself does not contain that string.
     result = _run(_cmd(ray_address, sid, "sh", "-c", "echo answer-$((6*7)); echo second-$((1+1))"))
-    assert result.returncode == rs.EXIT_SUCCEEDED == 0, result.stdout + result.stderr
+    assert result.returncode == errors.EXIT_SUCCEEDED == 0, result.stdout + result.stderr
     assert result.stdout.count("answer-42") == 1, result.stdout
     assert result.stdout.count("second-2") == 1, result.stdout
     assert result.stdout.index("answer-42") < result.stdout.index("second-2")
@@ -100,7 +102,7 @@ def test_succeeded_streams_logs_once_and_exits_0(ray_address: str, client: Any) 
 def test_failed_job_exits_1(ray_address: str, client: Any) -> None:
     sid = _new_id("fail")
     result = _run(_cmd(ray_address, sid, "sh", "-c", "echo broken-$((2+3)); exit 7"))
-    assert result.returncode == rs.EXIT_FAILED == 1, result.stdout + result.stderr
+    assert result.returncode == errors.EXIT_FAILED == 1, result.stdout + result.stderr
     # Streamed once; Ray's failure message (which repeats the last log lines) is not printed in full.
     assert result.stdout.count("broken-5") == 1, result.stdout
     assert _last_line(result.stdout) == f"ray_submit: job {sid} FAILED (driver exit code 7)"
@@ -125,7 +127,7 @@ def test_stopped_job_exits_3(ray_address: str, client: Any) -> None:
     code, out = _stopped_while_running(
         client, sid, _cmd(ray_address, sid, "sh", "-c", "echo started-$((3*3)); sleep 60")
     )
-    assert code == rs.EXIT_STOPPED == 3, out
+    assert code == errors.EXIT_STOPPED == 3, out
     assert _last_line(out) == f"ray_submit: job {sid} STOPPED"
     assert out.count("started-9") == 1, out
     assert str(client.get_job_status(sid)) == "STOPPED"
@@ -145,7 +147,7 @@ def test_already_succeeded_id_is_not_run_again(ray_address: str, client: Any, tm
     assert marker.read_text().splitlines() == ["ran"]
     # Same id, another command (a changed run under an old name): refused, nothing runs, nothing is reported as done.
     third = _run(_cmd(ray_address, sid, "sh", "-c", f"echo other >> {marker}"))
-    assert third.returncode == rs.EXIT_USAGE == 2, third.stdout + third.stderr
+    assert third.returncode == errors.EXIT_USAGE == 2, third.stdout + third.stderr
     assert "already exists with a different command" in third.stdout
     assert "SUCCEEDED" not in _last_line(third.stdout)
     assert marker.read_text().splitlines() == ["ran"]
@@ -185,7 +187,7 @@ def test_restarted_submitter_reattaches_after_sigterm(ray_address: str, client: 
         first_out, _ = first.communicate(timeout=20)
     finally:
         first.kill()
-    assert first.returncode == rs.EXIT_SIGTERM == 143, first_out
+    assert first.returncode == errors.EXIT_SIGTERM == 143, first_out
     assert "WITHOUT stopping" in first_out
     assert _status(client, sid) == "RUNNING"  # the job survived its submitter
 
@@ -230,7 +232,7 @@ def test_unreachable_address_exits_4_quickly() -> None:
     started = time.monotonic()
     result = _run(_cmd(address, "t-unreachable", "true", extra=("--connect-timeout", "2")), timeout=60)
     elapsed = time.monotonic() - started
-    assert result.returncode == rs.EXIT_UNREACHABLE == 4, result.stdout + result.stderr
+    assert result.returncode == errors.EXIT_UNREACHABLE == 4, result.stdout + result.stderr
     assert elapsed < 20
     assert address in _last_line(result.stdout)
     assert "unreachable" in _last_line(result.stdout)
@@ -258,7 +260,7 @@ def test_unreachable_address_exits_4_quickly() -> None:
 )
 def test_usage_errors_exit_2(label: str, argv: list[str]) -> None:
     result = _run([sys.executable, str(SCRIPT), *argv], timeout=60)
-    assert result.returncode == rs.EXIT_USAGE == 2, f"{label}: {result.stdout}{result.stderr}"
+    assert result.returncode == errors.EXIT_USAGE == 2, f"{label}: {result.stdout}{result.stderr}"
     assert "usage:" in result.stderr, label
 
 
@@ -286,9 +288,9 @@ class _Clock:
 
 def test_outage_longer_than_timeout_raises_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
     clock = _Clock()
-    outage = rs.Outage(10.0, "http://head:8265", rs.Output(), clock=clock)
+    outage = ray_api.Outage(10.0, "http://head:8265", output.Output(), clock=clock)
     err = ConnectionError("refused")
-    assert outage.failed(err, "polling") == rs.BACKOFF_FIRST_S
+    assert outage.failed(err, "polling") == ray_api.BACKOFF_FIRST_S
     clock.now = 9.0
     assert 0 < outage.failed(err, "polling") <= 1.0  # never sleeps past the deadline
     outage.ok()  # an answer resets the outage window
@@ -297,7 +299,7 @@ def test_outage_longer_than_timeout_raises_unreachable(capsys: pytest.CaptureFix
     clock.now = 24.9
     outage.failed(err, "polling")
     clock.now = 25.0
-    with pytest.raises(rs.UnreachableError, match="http://head:8265"):
+    with pytest.raises(errors.UnreachableError, match="http://head:8265"):
         outage.failed(err, "polling")
     assert "answers again" in capsys.readouterr().out
 
@@ -323,15 +325,15 @@ def test_lost_connection_while_waiting_exits_4(monkeypatch: pytest.MonkeyPatch, 
             raise AssertionError("must not submit: the job exists")
 
     fake = HeadGoesAway()
-    monkeypatch.setattr(rs, "connect", lambda address, outage: fake)
-    monkeypatch.setattr(rs, "probe_version", lambda address: "session-1")  # the head's identity (HeadIdentity)
-    monkeypatch.setattr(rs, "STATUS_POLL_S", 0.05)
-    monkeypatch.setattr(rs, "BACKOFF_MAX_S", 0.1)
+    monkeypatch.setattr(attempts_module, "connect", lambda address, outage: fake)
+    monkeypatch.setattr(head_restart, "probe_version", lambda address: "session-1")  # the head's identity
+    monkeypatch.setattr(log_follower, "STATUS_POLL_S", 0.05)
+    monkeypatch.setattr(ray_api, "BACKOFF_MAX_S", 0.1)
     monkeypatch.setattr(rs, "install_signal_handlers", lambda *args: None)  # keep pytest's own handlers
     started = time.monotonic()
     code = rs.main(["--address", "http://head:8265", "--submission-id", "j1", "--connect-timeout", "1", "--", "true"])
     out = capsys.readouterr().out
-    assert code == rs.EXIT_UNREACHABLE
+    assert code == errors.EXIT_UNREACHABLE
     assert time.monotonic() - started < 10
     assert out.count("partial log") == 1
     assert out.splitlines()[-1] == "ray_submit: job j1: Ray unreachable at http://head:8265"
@@ -367,13 +369,13 @@ def test_losing_the_submit_race_attaches_instead_of_failing(monkeypatch: pytest.
             return "one\ntwo\n"
 
     fake = RaceLost()
-    monkeypatch.setattr(rs, "connect", lambda address, outage: fake)
-    monkeypatch.setattr(rs, "probe_version", lambda address: "session-1")  # the head's identity (HeadIdentity)
-    monkeypatch.setattr(rs, "STATUS_POLL_S", 0.05)
+    monkeypatch.setattr(attempts_module, "connect", lambda address, outage: fake)
+    monkeypatch.setattr(head_restart, "probe_version", lambda address: "session-1")  # the head's identity
+    monkeypatch.setattr(log_follower, "STATUS_POLL_S", 0.05)
     monkeypatch.setattr(rs, "install_signal_handlers", lambda *args: None)  # keep pytest's own handlers
     code = rs.main(["--address", "http://head:8265", "--submission-id", "j2", "--", "python", "train.py"])
     out = capsys.readouterr().out
-    assert code == rs.EXIT_SUCCEEDED
+    assert code == errors.EXIT_SUCCEEDED
     assert fake.submits == 1
     assert "submitted by another submitter at the same time; attaching" in out
     assert out.count("one\n") == 1 and out.count("two\n") == 1
@@ -416,10 +418,10 @@ class _Scripted:
 
 
 def _run_fake(monkeypatch: pytest.MonkeyPatch, fake: _Scripted, sid: str) -> int:
-    monkeypatch.setattr(rs, "connect", lambda address, outage: fake)
-    monkeypatch.setattr(rs, "probe_version", lambda address: "session-1")  # the head's identity (HeadIdentity)
-    monkeypatch.setattr(rs, "STATUS_POLL_S", 0.05)
-    monkeypatch.setattr(rs, "BACKOFF_FIRST_S", 0.01)
+    monkeypatch.setattr(attempts_module, "connect", lambda address, outage: fake)
+    monkeypatch.setattr(head_restart, "probe_version", lambda address: "session-1")  # the head's identity
+    monkeypatch.setattr(log_follower, "STATUS_POLL_S", 0.05)
+    monkeypatch.setattr(ray_api, "BACKOFF_FIRST_S", 0.01)
     monkeypatch.setattr(rs, "install_signal_handlers", lambda *args: None)  # keep pytest's own handlers
     return rs.main(["--address", "http://head:8265", "--submission-id", sid, "--", "python", "train.py"])
 
@@ -427,7 +429,7 @@ def _run_fake(monkeypatch: pytest.MonkeyPatch, fake: _Scripted, sid: str) -> int
 def test_a_stream_that_closes_early_still_prints_the_whole_log(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     # The websocket delivers the first line and closes without an error; the job goes on and finishes.
     fake = _Scripted(submit_errors=[], streamed=["one\n"], full_log="one\ntwo\nthree\n")
-    assert _run_fake(monkeypatch, fake, "j3") == rs.EXIT_SUCCEEDED
+    assert _run_fake(monkeypatch, fake, "j3") == errors.EXIT_SUCCEEDED
     out = capsys.readouterr().out
     assert out.count("one\n") == 1 and out.count("two\n") == 1 and out.count("three\n") == 1
     assert out.index("one") < out.index("two") < out.index("three")
@@ -438,13 +440,14 @@ def test_a_gateway_error_on_submit_is_retried_not_fatal(monkeypatch: pytest.Monk
     fake = _Scripted(
         submit_errors=["Request failed with status code 502: Bad Gateway"], streamed=["ok\n"], full_log="ok\n"
     )
-    assert _run_fake(monkeypatch, fake, "j4") == rs.EXIT_SUCCEEDED
+    assert _run_fake(monkeypatch, fake, "j4") == errors.EXIT_SUCCEEDED
     assert fake.submits == 2
     assert capsys.readouterr().out.splitlines()[-1] == "ray_submit: job j4 SUCCEEDED"
 
 
 def test_reopened_log_stream_skips_what_was_printed(capsys: pytest.CaptureFixture[str]) -> None:
-    follower = rs.LogFollower(client=None, submission_id="j", out=rs.Output())
+    no_client: Any = None  # write_from and catch_up never call the client
+    follower = log_follower.LogFollower(client=no_client, submission_id="j", out=output.Output())
     follower.write_from(0, "abc\n")
     follower.write_from(4, "de")
     # The stream was reopened: it replays from the start, in different chunks, then goes on.
@@ -481,7 +484,7 @@ def test_waits_for_the_api_to_come_up() -> None:
     threading.Thread(target=serve_later, daemon=True).start()
     try:
         started = time.monotonic()
-        client = rs.connect(address, rs.Outage(30.0, address, rs.Output()))
+        client = ray_api.connect(address, ray_api.Outage(30.0, address, output.Output()))
         assert time.monotonic() - started >= 1.4
         assert client is not None
     finally:
@@ -495,7 +498,7 @@ def test_waits_for_the_api_to_come_up() -> None:
 
 
 def _statuses(client: Any, sid: str, attempts: int) -> list[str | None]:
-    return [_status(client, rs.attempt_id(sid, k)) for k in range(attempts)]
+    return [_status(client, attempts_module.attempt_id(sid, k)) for k in range(attempts)]
 
 
 def test_a_driver_that_fails_once_is_retried_as_r1(ray_address: str, client: Any, tmp_path: Path) -> None:
@@ -524,7 +527,7 @@ def test_a_driver_that_fails_once_is_retried_as_r1(ray_address: str, client: Any
 
     # Another command under the same ids is refused, whichever attempt it would meet.
     other = _run(_cmd(ray_address, sid, "sh", "-c", "echo other", extra=("--max-retries", "2")))
-    assert other.returncode == rs.EXIT_USAGE, other.stdout + other.stderr
+    assert other.returncode == errors.EXIT_USAGE, other.stdout + other.stderr
     assert "already exists with a different command" in other.stdout
 
 
@@ -532,13 +535,13 @@ def test_retries_are_bounded(ray_address: str, client: Any) -> None:
     sid = _new_id("bound")
     args = _cmd(ray_address, sid, "sh", "-c", "exit 9", extra=("--max-retries", "1"))
     result = _run(args)
-    assert result.returncode == rs.EXIT_FAILED, result.stdout + result.stderr
+    assert result.returncode == errors.EXIT_FAILED, result.stdout + result.stderr
     assert _statuses(client, sid, 3) == ["FAILED", "FAILED", None]  # N + 1 attempts, no more
     assert _last_line(result.stdout) == f"ray_submit: job {sid}-r1 FAILED (driver exit code 9)"
     assert "all 2 attempts failed" in result.stdout and "--max-retries" in result.stdout
     # Rerun with the same budget: nothing new is submitted, the same outcome is reported.
     again = _run(args)
-    assert again.returncode == rs.EXIT_FAILED
+    assert again.returncode == errors.EXIT_FAILED
     assert "submitting job" not in again.stdout
     assert _status(client, f"{sid}-r2") is None
 
@@ -547,10 +550,10 @@ def test_a_stopped_attempt_is_never_retried(ray_address: str, client: Any) -> No
     sid = _new_id("nostop")
     args = _cmd(ray_address, sid, "sh", "-c", "sleep 60", extra=("--max-retries", "3"))
     code, out = _stopped_while_running(client, sid, args)
-    assert code == rs.EXIT_STOPPED, out
+    assert code == errors.EXIT_STOPPED, out
     assert _last_line(out) == f"ray_submit: job {sid} STOPPED"
     again = _run(args)
-    assert again.returncode == rs.EXIT_STOPPED, again.stdout + again.stderr
+    assert again.returncode == errors.EXIT_STOPPED, again.stdout + again.stderr
     assert "submitting job" not in again.stdout
     assert _status(client, f"{sid}-r1") is None
 
@@ -571,7 +574,7 @@ def test_a_submitter_killed_between_attempts_continues(ray_address: str, client:
         first_out, _ = first.communicate(timeout=20)
     finally:
         first.kill()
-    assert first.returncode == rs.EXIT_SIGTERM, first_out
+    assert first.returncode == errors.EXIT_SIGTERM, first_out
     assert f"attempt 1 of 2 ({sid}) FAILED in an earlier run (driver exit code 4)" in first_out
     assert f"WITHOUT stopping Ray job {sid}-r1" in first_out
     second = _run(args)  # the pod after that attaches to attempt 1
@@ -644,7 +647,7 @@ def kube_api(tmp_path: Path) -> Any:
 )
 def test_run_deleted_decision(kube_api: Any, job: Any, marker: Any, deleted: bool, why: str) -> None:
     _FakeKubeApi.objects = {JOB_PATH: job, MARKER_PATH: marker}
-    k8s = rs.K8sRun("ns1", "run1-pipeline", "run1-run", kube_api.address, str(kube_api.token_dir))
+    k8s = stop_on_delete.K8sRun("ns1", "run1-pipeline", "run1-run", kube_api.address, str(kube_api.token_dir))
     decision, reason = k8s.run_deleted()
     assert (decision, why in reason) == (deleted, True), reason
     assert _FakeKubeApi.tokens and set(_FakeKubeApi.tokens) == {"Bearer tok-123"}
@@ -652,7 +655,7 @@ def test_run_deleted_decision(kube_api: Any, job: Any, marker: Any, deleted: boo
 
 def test_run_deleted_is_false_when_the_api_does_not_answer(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("t")
-    k8s = rs.K8sRun("ns1", "j", "m", f"http://127.0.0.1:{closed_port()}", str(tmp_path))
+    k8s = stop_on_delete.K8sRun("ns1", "j", "m", f"http://127.0.0.1:{closed_port()}", str(tmp_path))
     decision, reason = k8s.run_deleted()
     assert decision is False and "could not ask" in reason
 
@@ -679,7 +682,7 @@ def test_sigterm_stops_the_ray_job_only_when_the_run_is_deleted(
         took = time.monotonic() - started
     finally:
         proc.kill()
-    assert proc.returncode == rs.EXIT_SIGTERM, out
+    assert proc.returncode == errors.EXIT_SIGTERM, out
     assert _FakeKubeApi.tokens, "the submitter never asked the Kubernetes API"
     if destroyed:
         assert _status(client, sid) == "STOPPED", out  # stopped before the submitter exited

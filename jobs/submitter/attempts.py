@@ -1,0 +1,281 @@
+"""Attempts of one submission id: find the latest, submit or attach, retry, and report the outcome (``run``).
+
+Automatic retries (``--max-retries N``, default 0): when an attempt ends FAILED and fewer than N retries were used,
+the same entrypoint is submitted again under the next attempt id: ``ID``, then ``ID-r1``, ``ID-r2``, ... up to
+``ID-rN``. A submitter that starts (a new pod, the same arguments) first finds the latest attempt that exists (``ID``,
+``ID-r1``, ... up to the first id Ray does not know) and continues from it: it attaches if that attempt runs, exits 0
+if it SUCCEEDED, retries if it FAILED and retries remain, and otherwise reports the outcome. So no attempt is ever
+run twice, and a submitter killed between two attempts submits the next one when it comes back. STOPPED is a
+person's decision and is never retried. Every attempt must carry the same command: a different one under any attempt
+id is refused (exit 2). Each retry is logged with the reason (the failed attempt's status, driver exit code and Ray's
+message). The final line names the last attempt, e.g. ``ray_submit: job ID-r1 SUCCEEDED``.
+
+A job lost in a head restart (head_restart.py): with retries left it counts as a failed attempt and the next attempt
+id is submitted (the train step: it waits for its GPU workers again and resumes from the newest checkpoint). Without,
+the same id is submitted again on the new head, at most ``--max-resubmits`` times (default 3; steps are idempotent or
+skip completed work). A new submitter after a head restart finds none of the earlier attempts: it looks at every
+attempt id of the budget (the new head may know ``ID-r2`` and not ``ID``), and steps that already succeeded are known
+from their outcome records (records.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import shlex
+import time
+from typing import TYPE_CHECKING, Any
+
+from submitter.errors import EXIT_FAILED, EXIT_STOPPED, EXIT_SUCCEEDED, ConflictError, LostError, RejectedError
+from submitter.head_restart import HeadIdentity, HeadRestartedError
+from submitter.log_follower import watch
+from submitter.output import Output, describe_runtime_env, short, short_text
+from submitter.ray_api import Outage, connect, is_duplicate, is_transient, lookup
+from submitter.records import check_record, read_record, record_success
+
+if TYPE_CHECKING:
+    from ray.job_submission import JobDetails, JobSubmissionClient
+
+
+# Attempt k > 0 of a submission id runs as ID-r<k>; the scan for the latest attempt stops here at the latest.
+MAX_ATTEMPTS_SCANNED = 1000
+# A job lost in a head restart is submitted again under its own id this often (once no retry remains), so that a
+# step which itself brings the head down (runs it out of memory) cannot loop forever.
+DEFAULT_MAX_RESUBMITS = 3
+MAX_RESUBMITS = 100
+
+
+def attempt_id(submission_id: str, attempt: int) -> str:
+    """Attempt 0 runs under the submission id itself, attempt k > 0 under ``ID-r<k>``."""
+    return submission_id if attempt == 0 else f"{submission_id}-r{attempt}"
+
+
+class Current:
+    """The attempt id the submitter works on; the SIGTERM handler stops this one when the run is deleted."""
+
+    def __init__(self, submission_id: str) -> None:
+        self.id = submission_id
+
+
+def check_command(info: JobDetails, attempt: str, entrypoint: str) -> None:
+    if getattr(info, "entrypoint", entrypoint) != entrypoint:
+        # Following (or skipping) the old job would report a run this command never made.
+        raise ConflictError(
+            f"job {attempt} already exists with a different command ({short_text(info.entrypoint)}). A changed "
+            f"run needs a new submission id (a new run name), or `ray job delete {attempt}` to discard the old one"
+        )
+
+
+def latest_attempt(
+    client: JobSubmissionClient, submission_id: str, entrypoint: str, outage: Outage, max_retries: int
+) -> tuple[int, JobDetails | None]:
+    """The newest attempt Ray knows and its details, or (0, None) when there is none: every id of the budget (ID,
+    ID-r1, ... ID-rN) is looked at, and past it up to the first id Ray does not know (a budget lowered since). Gaps
+    are normal: a head restarted without GCS fault tolerance knows only the attempts submitted since, e.g. ID-r2
+    without ID and ID-r1. Every attempt found must carry this command. Without retries only ID itself is looked at,
+    as before retries existed."""
+    found: tuple[int, JobDetails | None] = (0, None)
+    for attempt in range(MAX_ATTEMPTS_SCANNED if max_retries else 1):
+        aid = attempt_id(submission_id, attempt)
+        info = outage.call(functools.partial(lookup, client, aid), "looking up the job")
+        if info is None:
+            if attempt < max_retries:
+                continue
+            break
+        check_command(info, aid, entrypoint)
+        found = (attempt, info)
+    return found
+
+
+def submit(
+    client: JobSubmissionClient,
+    aid: str,
+    entrypoint: str,
+    runtime_env: dict[str, Any] | None,
+    outage: Outage,
+    out: Output,
+) -> bool:
+    """Submit one attempt. True once Ray has it (ours, or a concurrent submitter's); False when unknown (retry)."""
+    out.say(f"submitting job {aid}: {entrypoint}")
+    if runtime_env is not None:
+        out.say(f"runtime env: {describe_runtime_env(runtime_env)}")
+    try:
+        client.submit_job(entrypoint=entrypoint, submission_id=aid, runtime_env=runtime_env)
+    except Exception as exc:
+        if is_duplicate(exc):
+            out.say(f"job {aid} was submitted by another submitter at the same time; attaching to it")
+            return True
+        if is_transient(exc) or "No available agent" in str(exc):
+            # Unknown whether Ray recorded the job: the next lookup tells.
+            time.sleep(outage.failed(exc, "submitting the job"))
+            return False
+        raise RejectedError(f"Ray rejected job {aid}: {short(exc)}") from None
+    outage.ok()
+    return True
+
+
+def settle(
+    client: JobSubmissionClient,
+    aid: str,
+    entrypoint: str,
+    runtime_env: dict[str, Any] | None,
+    outage: Outage,
+    out: Output,
+    info: JobDetails | None,
+    head: HeadIdentity,
+) -> tuple[JobDetails, bool]:
+    """Submit attempt ``aid`` unless Ray has it (``info``), or attach to it; return its final details and whether
+    it had finished before this submitter came."""
+    attached = False  # True once this process submitted the job or found it unfinished
+    while True:
+        if info is None:
+            attached = submit(client, aid, entrypoint, runtime_env, outage, out) or attached
+            info = outage.call(lambda: lookup(client, aid), "looking up the job")
+            continue
+        check_command(info, aid, entrypoint)
+        if info.status.is_terminal() and not attached:
+            return info, True
+        if not attached:
+            out.say(f"job {aid} exists and is {info.status}; attaching to it instead of submitting again")
+        out.say(f"streaming the logs of job {aid}")
+        return asyncio.run(watch(client, aid, outage, out, head)), False
+
+
+def retry_advice(submission_id: str) -> str:
+    return (
+        f"Ray will not run submission id {submission_id} again. To retry, start a run with a new run name "
+        f"(a new submission id), or delete the old record first with `ray job delete {submission_id}`."
+    )
+
+
+def retries_spent_advice(submission_id: str, max_retries: int) -> str:
+    return (
+        f"all {max_retries + 1} attempts failed ({submission_id} ... {attempt_id(submission_id, max_retries)}). To "
+        "go on, run again with a larger --max-retries (the job stack's maxRestarts): the next attempt resumes from "
+        "the newest checkpoint. Or start a run with a new run name."
+    )
+
+
+def lost_advice(submission_id: str, attempt: str, max_retries: int, max_resubmits: int) -> str:
+    if max_retries:
+        spent = f"all {max_retries + 1} attempts are used ({submission_id} ... {attempt})"
+    elif max_resubmits:
+        spent = f"it was already submitted again {max_resubmits} times after head restarts"
+    else:
+        spent = "this step is not retried (--max-retries 0, --max-resubmits 0)"
+    return (
+        f"job {attempt} was lost in a Ray head restart and {spent}. If the head keeps restarting, check the head "
+        "pod (`kubectl describe pod` for OOMKilled or a replaced node). To go on, run again with a larger "
+        "--max-retries (the job stack's maxRestarts; training resumes from the newest checkpoint), or start a run "
+        "with a new run name."
+    )
+
+
+def first_line(message: str | None) -> str:
+    """Ray's failure message ends with the last log lines, which were streamed already: keep its first clause."""
+    if not message:
+        return ""
+    line = message.strip().splitlines()[0] if message.strip() else ""
+    return line.split(", last available logs")[0].rstrip(":")
+
+
+def failure_text(info: JobDetails) -> str:
+    return f" (driver exit code {info.driver_exit_code})" if info.driver_exit_code is not None else ""
+
+
+def outcome(info: JobDetails, attempt: str, out: Output, earlier: bool, advice: str = "") -> int:
+    from ray.job_submission import JobStatus
+
+    status = info.status
+    detail = first_line(info.message)
+    when = " in an earlier attempt" if earlier else ""
+    if status == JobStatus.SUCCEEDED:
+        if earlier:
+            out.say(f"job {attempt} already SUCCEEDED in an earlier attempt; nothing was run again")
+        out.say(f"job {attempt} SUCCEEDED")
+        return EXIT_SUCCEEDED
+    if detail:
+        out.say(f"Ray says: {detail}")
+    if status == JobStatus.STOPPED:
+        out.say(retry_advice(attempt))
+        out.say(f"job {attempt} STOPPED{when}")
+        return EXIT_STOPPED
+    out.say(advice or retry_advice(attempt))
+    out.say(f"job {attempt} FAILED{when}{failure_text(info)}")
+    return EXIT_FAILED
+
+
+def run(
+    args: argparse.Namespace,
+    entrypoint_words: list[str],
+    runtime_env: dict[str, Any] | None,
+    out: Output,
+    current: Current,
+) -> int:
+    from ray.job_submission import JobStatus
+
+    sid = args.submission_id
+    max_retries = args.max_retries
+    entrypoint = shlex.join(entrypoint_words)
+    # The record comes first: it outlives the head's job table (and a head that is down), and it is the only
+    # trace of a step that succeeded on a head which has restarted since.
+    record = read_record(args.record) if args.record else None
+    if record is not None:
+        check_record(record, args.record, sid, entrypoint)
+        current.id = record["job"]
+        out.say(
+            f"the step record {args.record} says job {record['job']} SUCCEEDED ({record.get('recorded_at', '')}); "
+            "nothing was run again"
+        )
+        out.say(f"job {record['job']} SUCCEEDED")
+        return EXIT_SUCCEEDED
+    outage = Outage(args.connect_timeout, args.address, out)
+
+    out.say(f"connecting to the Ray Jobs API at {args.address} (waiting up to {args.connect_timeout:g} s)")
+    client = connect(args.address, outage)
+    head = HeadIdentity(args.address, outage)
+
+    attempt, info = latest_attempt(client, sid, entrypoint, outage, max_retries)
+    if attempt:
+        out.say(f"{attempt_id(sid, attempt)} is the latest attempt of {sid} on the cluster; continuing from it")
+    resubmits = 0
+    while True:
+        aid = current.id = attempt_id(sid, attempt)
+        try:
+            final, earlier = settle(client, aid, entrypoint, runtime_env, outage, out, info, head)
+        except HeadRestartedError as lost:
+            out.say(
+                f"the Ray head restarted while job {aid} ran (its session changed from {lost.before} to "
+                f"{lost.after}): a head without GCS fault tolerance comes back with an empty job table, so {aid} "
+                "was lost, not failed"
+            )
+            if attempt < max_retries:
+                attempt += 1
+                out.say(
+                    f"attempt {attempt} of {max_retries + 1} ({aid}) was lost in the head restart; retrying as "
+                    f"{attempt_id(sid, attempt)} (retry {attempt} of {max_retries})"
+                )
+            elif resubmits < args.max_resubmits:
+                resubmits += 1
+                out.say(
+                    f"submitting {aid} again on the restarted head (resubmission {resubmits} of {args.max_resubmits})"
+                )
+            else:
+                raise LostError(lost_advice(sid, aid, max_retries, args.max_resubmits)) from None
+            info = outage.call(functools.partial(lookup, client, attempt_id(sid, attempt)), "looking up the job")
+            continue
+        if final.status == JobStatus.SUCCEEDED and args.record:
+            record_success(args.record, sid, aid, entrypoint, head.session, out)
+        if final.status == JobStatus.FAILED and attempt < max_retries:
+            detail = first_line(final.message)
+            attempt += 1
+            out.say(
+                f"attempt {attempt} of {max_retries + 1} ({aid}) FAILED{' in an earlier run' if earlier else ''}"
+                f"{failure_text(final)}{': ' + detail if detail else ''}; retrying as {attempt_id(sid, attempt)} "
+                f"(retry {attempt} of {max_retries})"
+            )
+            info = outage.call(functools.partial(lookup, client, attempt_id(sid, attempt)), "looking up the job")
+            continue
+        advice = retries_spent_advice(sid, max_retries) if max_retries else ""
+        return outcome(final, aid, out, earlier, advice)

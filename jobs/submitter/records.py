@@ -1,0 +1,100 @@
+"""Step outcome records (``--record FILE``), read before Ray is asked and written when a step SUCCEEDED.
+
+A JSON file (on the run's Lustre directory in the pipeline) with the submission id, the attempt that succeeded and
+the exact command. A recorded success with the same id and command is reported (exit 0) and nothing is run, even on
+a head that no longer knows the job, or one that does not answer; another command or id is refused (exit 2), as an
+id conflict in Ray's table is; an unreadable record also exits 2 (remove it to run the step again). It is written
+when the job ends SUCCEEDED (also one found SUCCEEDED in Ray's table), atomically: a temporary file in the same
+directory, flushed, then renamed over the record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from typing import Any
+
+from submitter.errors import ConflictError, RecordError
+from submitter.output import Output, short, short_text
+
+RECORD_FIELDS = ("submission_id", "job", "status", "command")
+
+
+def read_record(path: str) -> dict[str, Any] | None:
+    """The step's outcome record, or None when there is none. A record we cannot read is an error, never "none":
+    running a step again because its record was unreadable is what the record exists to prevent."""
+    try:
+        with open(path, encoding="utf-8") as record_file:
+            text = record_file.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RecordError(f"cannot read the step record {path} ({short(exc)}); fix its volume or remove it") from None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecordError(
+            f"the step record {path} is not valid JSON ({exc.msg} at position {exc.pos}); remove it to run the step "
+            "again"
+        ) from None
+    if not (isinstance(record, dict) and all(isinstance(record.get(key), str) for key in RECORD_FIELDS)):
+        raise RecordError(f"the step record {path} lacks {', '.join(RECORD_FIELDS)}; remove it to run the step again")
+    if record["status"] != "SUCCEEDED":
+        raise RecordError(f"the step record {path} says {record['status']}; only SUCCEEDED is ever recorded")
+    return record
+
+
+def check_record(record: dict[str, Any], path: str, submission_id: str, entrypoint: str) -> None:
+    if record["submission_id"] != submission_id or record["command"] != entrypoint:
+        raise ConflictError(
+            f"the step record {path} says {record['submission_id']} SUCCEEDED with another command "
+            f"({short_text(record['command'])}). A changed run needs a new submission id (a new run name); to run "
+            f"this step again under its id, remove {path}"
+        )
+
+
+def write_record(path: str, record: dict[str, Any]) -> None:
+    """Write the record atomically: a temporary file in the same directory, flushed to disk, renamed over the
+    record. A reader sees the old state or the whole new record, never part of one."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as temp_file:
+            json.dump(record, temp_file, indent=2, sort_keys=True)
+            temp_file.write("\n")
+            temp_file.flush()
+            os.fsync(temp_file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable where the file system allows it
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def record_success(path: str, submission_id: str, job: str, entrypoint: str, session: str, out: Output) -> None:
+    record = {
+        "submission_id": submission_id,
+        "job": job,
+        "status": "SUCCEEDED",
+        "command": entrypoint,
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "ray_session": session,
+    }
+    try:
+        write_record(path, record)
+    except OSError as exc:
+        # The step did succeed: report it, but say that a rerun would not know.
+        out.say(f"could not write the step record {path} ({short(exc)}); a rerun will ask Ray instead")
+    else:
+        out.say(f"recorded the outcome in {path}")
