@@ -41,20 +41,27 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The jobs run shares the first run's cache: the third-party packages (Pulumi's SDKs) are checked once.
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy .
-	cd jobs && ../$(BIN)/mypy --config-file ../pyproject.toml __main__.py
+	cd jobs && ../$(BIN)/mypy --config-file ../pyproject.toml --cache-dir ../.mypy_cache __main__.py
 
 # The NeMo RL loader tests run tools/nemorl_config.py with $(NEMORL_VENV)'s Python.
-# Two workers, one test file at a time each (module fixtures stay whole); each worker starts its own Ray heads.
+# Four workers on two cores: most of the time goes to waiting on real Ray heads. --dist loadgroup as tests/conftest.py
+# defines it: one test module at a time (module fixtures stay whole), but the tests of the slow modules that need only
+# the worker's own session Ray head are spread one by one. Each worker starts its own heads.
+UNIT_WORKERS ?= 4
 unit: $(BIN)/.installed $(NEMORL_VENV)/.installed $(RAY_V070_VENV)/.installed
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n $(UNIT_WORKERS) --dist loadgroup
 
 # Renders every stack's plan into build/<stack>/ and fails on any checkov finding not in checkov-skips.yaml.
 checkov: $(BIN)/.installed $(CHECKOV_VENV)/.installed
 	$(BIN)/python tools/checkov_gate.py --stacks $(STACKS)
 
-test: lint typecheck unit checkov
+# The four gates at once, and the virtualenvs they need built side by side (make -j): the unit tests mostly wait on
+# Ray heads, so the other gates fill the idle cores. -O keeps each gate's output together; any failure fails `make test`.
+test:
+	@$(MAKE) --no-print-directory -j4 -Otarget lint typecheck unit checkov
 
 # Both programs under mocks for one stack: build/$(STACK)/ (manifests, Helm values, pipeline, resource tree,
 # outputs, timeline) and a summary. Exit 2, with the reason, on an unknown stack or invalid config. WANDB=off renders

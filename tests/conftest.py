@@ -23,6 +23,56 @@ WANDB_KEY = "wandb_TESTKEY_do_not_leak_51aa"
 
 RunInfra = Callable[..., ProgramRun]
 
+# `make unit` runs pytest-xdist with --dist loadgroup, which here means (pytest_xdist_make_scheduler below): each test
+# module is one unit of work, run whole on one worker (its module fixtures, such as a Ray head of its own, are set up
+# once), except these modules, whose tests need no more than the worker's session Ray head and their own tmp_path:
+# their tests are spread over the workers one by one.
+SPREAD_MODULES = ("tests/jobs/test_ray_submit.py", "tests/jobs/test_runtime_env_on_ray.py")
+# The modules that take longest (mostly waiting on real Ray heads; pytest --durations), handed out first so that no
+# worker starts one of them near the end; every other module keeps its collection order after them.
+SLOW_MODULES = (
+    "tests/jobs/test_ray_2_55_1.py",
+    "tests/jobs/test_head_restart.py",
+    "tests/jobs/test_ray_submit.py",
+    "tests/jobs/test_runtime_env_on_ray.py",
+    "tests/jobs/test_ray_token_auth.py",
+    "tests/jobs/test_wait_for_workers.py",
+    "tests/preflight/test_lustre_io.py",
+    "tests/preflight/test_nccl_allreduce.py",
+)
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def unit_of_work(nodeid: str) -> str:
+    """What one xdist worker runs in one go: the test itself in a spread module, else its whole module."""
+    return nodeid if _module(nodeid) in SPREAD_MODULES else _module(nodeid)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow modules first; whole modules move (a stable sort), so module fixtures keep their lifetime."""
+    rank = {name: index for index, name in enumerate(SLOW_MODULES)}
+    items.sort(key=lambda item: rank.get(_module(item.nodeid), len(rank)))
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent under -p no:xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--dist loadgroup: units of work as unit_of_work says, handed out in collection order. (xdist 3.8's own
+    loadgroup, by xdist_group marks, groups nothing under pytest 9.2: it renames item._nodeid, which nodeid no longer
+    reads.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(nodeid)
+
+    config.option.loadscopereorder = False  # keep the slow-first order of pytest_collection_modifyitems
+    return ModuleScheduling(config, log)
+
 
 @pytest.fixture(autouse=True, scope="session")
 def loopback_only():

@@ -24,8 +24,8 @@ import pytest
 
 RAY_BIN = Path(sys.executable).parent / "ray"
 HEAD_GPUS = 2
-# Ray's workers and drivers bind ports from 10002-19999 unless told otherwise; `make unit` runs two pytest workers,
-# each with its own heads, and two raylets handing out the same port at once make a driver fail to bind.
+# Ray's workers and drivers bind ports from 10002-19999 unless told otherwise; `make unit` runs several pytest
+# workers, each with its own heads, and two raylets handing out the same port at once make a driver fail to bind.
 WORKER_PORTS = (10002, 19999)
 
 

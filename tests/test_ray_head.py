@@ -1,4 +1,4 @@
-"""The test Ray heads of two pytest-xdist workers (`make unit` runs two) hand out worker ports from ranges that
+"""The test Ray heads of the pytest-xdist workers (`make unit` runs four) hand out worker ports from ranges that
 never overlap, so two raylets cannot give the same port to two drivers at once."""
 
 from __future__ import annotations

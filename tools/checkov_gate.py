@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,13 +185,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"checkov: the Ray pods are NOT scanned: {problem}")
         if os.environ.get("CI", "").lower() == "true":
             return 1
-    for stack in args.stacks or plan.EXAMPLE_STACKS:
-        if plan.main(["--stack", stack, "--out", args.out, "--quiet"]) != 0:
-            return 1
-        out = Path(args.out) / stack
-        dirs = [out / "manifests", *([out / plan.RAY_PODS_DIR] if not problem else [])]
-        findings, passed = scan(stack, dirs)
-        per_stack[stack] = (passed, findings)
+    # Each stack's scan runs while the next stack renders (checkov is a program of its own; the threads only wait).
+    with ThreadPoolExecutor() as scans:
+        pending: dict[str, Future[tuple[list[Finding], int]]] = {}
+        for stack in args.stacks or plan.EXAMPLE_STACKS:
+            if plan.main(["--stack", stack, "--out", args.out, "--quiet"]) != 0:
+                return 1
+            out = Path(args.out) / stack
+            dirs = [out / "manifests", *([out / plan.RAY_PODS_DIR] if not problem else [])]
+            pending[stack] = scans.submit(scan, stack, dirs)
+        for stack, scanned in pending.items():
+            findings, passed = scanned.result()
+            per_stack[stack] = (passed, findings)
     ok, lines = report(per_stack, skips)
     print("\n".join(lines))
     return 0 if ok else 1

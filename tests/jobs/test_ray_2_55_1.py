@@ -20,7 +20,7 @@ from conftest import ROOT, run_infra_stack
 from launcher.pipeline import pipeline_steps, submit_command
 from launcher.settings import InfraOutputs, build_infra_outputs, build_job_settings
 from ray_head import HEAD_GPUS, ray_head
-from test_runtime_env_on_ray import DRIVER, OLD_RUNTIME_ENV, as_submitted, submit, submit_flags
+from test_runtime_env_on_ray import DRIVER, OLD_RUNTIME_ENV, as_submitted, submit, submit_all, submit_flags
 from upstream import reference
 
 from infra.nemo_rl_releases import NEMO_RL_RELEASES
@@ -120,8 +120,10 @@ def test_every_v0_7_0_step_as_submitted_lets_init_ray_attach(python, address, v0
     distinct = {submit_flags(submit_command(step, job, v070_h200)): step for step in steps}
     evals = [step for step in steps if step.name.startswith("eval-")]
     assert [step.name for step in evals] == ["eval-base", "eval-final"]
-    for step in [*distinct.values(), *evals]:
-        result = on_2_55_1(submit_command(step, job, v070_h200), python, address, driver, tmp_path)
+    submitted = [*distinct.values(), *evals]
+    commands = [as_submitted(submit_command(s, job, v070_h200), address, driver, tmp_path) for s in submitted]
+    results = submit_all([[str(python), *args[1:]] for args in commands])  # on_2_55_1, all steps at once
+    for step, result in zip(submitted, results, strict=True):
         assert result.returncode == 0, f"{step.name}:\n{result.stdout}{result.stderr}"
         assert f"init_ray attached; GPUs: {float(HEAD_GPUS)}" in result.stdout, result.stdout
 

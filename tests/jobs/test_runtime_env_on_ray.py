@@ -11,6 +11,7 @@ import shlex
 import subprocess
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,13 @@ def submit(args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, timeout=240, env=env, check=False)
 
 
+def submit_all(commands: list[list[str]]) -> list[subprocess.CompletedProcess[str]]:
+    """submit() for each command, all at once (each its own submission id and Ray job, on the one head): the
+    submitters mostly wait on Ray, so the steps of a test need not take turns."""
+    with ThreadPoolExecutor(max_workers=max(1, len(commands))) as pool:
+        return list(pool.map(submit, commands))
+
+
 def submit_flags(command: list[str]) -> tuple[str, ...]:
     """What a step's submission adds beyond its own address and id (a runtime env, for one)."""
     own = ("--address=", "--submission-id=", "--record=")
@@ -100,8 +108,9 @@ def test_every_step_as_submitted_lets_init_ray_attach(
     # each evaluation (it runs NeMo RL's run_eval.py, whose init_ray attaches the same way).
     distinct = {submit_flags(submit_command(step, job, h200)): step for step in steps}
     evals = [step for step in steps if step.name.startswith("eval-")]
-    for step in [*distinct.values(), *evals]:
-        result = submit(as_submitted(submit_command(step, job, h200), ray_address, driver, tmp_path))
+    submitted = [*distinct.values(), *evals]
+    results = submit_all([as_submitted(submit_command(s, job, h200), ray_address, driver, tmp_path) for s in submitted])
+    for step, result in zip(submitted, results, strict=True):
         output = result.stdout + result.stderr
         assert result.returncode == 0, f"{step.name}:\n{output}"
         assert "init_ray attached; GPUs: 2.0" in result.stdout, f"{step.name}:\n{output}"
