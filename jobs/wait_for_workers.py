@@ -113,6 +113,7 @@ def ray_client_request(address: str) -> Callable[[Bundles], None]:
         ours = signal.getsignal(signal.SIGTERM)
         try:
             with ray.init(address=address, logging_level="WARNING"):
+                signal.signal(signal.SIGTERM, ours)  # a SIGTERM from here on leaves through main's handler too
                 task = ray.remote(num_cpus=0)(_set_request_on_cluster)
                 ray.get(task.remote(bundles), timeout=120)
         finally:
@@ -155,15 +156,18 @@ def wait(
             if ready >= nodes:
                 return True
             if request is not None and not requested and ready >= 0:
+                # Counted as made from the moment it is sent: a SIGTERM during the call may land after the request
+                # reached the cluster, and the `finally` below must withdraw it then too.
+                requested = True
                 try:
                     request([{"GPU": gpus_per_node}] * nodes)
                 except Exception as exc:  # Ray Client not reachable yet: try again at the next look
+                    requested = False
                     problem = f"could not ask the autoscaler yet ({type(exc).__name__}: {str(exc)[:200]})"
                     if problem != last_problem:
                         say(problem)
                     last_problem = problem
                 else:
-                    requested = True
                     say(f"asked the Ray autoscaler for {nodes} workers of {gpus_per_node} GPUs")
             if clock() >= deadline:
                 return False

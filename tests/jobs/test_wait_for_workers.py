@@ -153,6 +153,23 @@ def test_request_withdrawn_on_timeout_and_retried_after_a_failure():
     assert any(s.startswith("could not ask the autoscaler yet (ConnectionError") for s in said)
 
 
+def test_a_sigterm_during_the_request_still_withdraws_it():
+    """The request may reach the cluster before the call returns; a SIGTERM then (SystemExit from the handler) must
+    not leave it standing."""
+    time = FakeTime()
+    calls: list[list[dict[str, int]]] = []
+
+    def request(bundles: list[dict[str, int]]) -> None:
+        calls.append(bundles)
+        if bundles:
+            raise SystemExit(wfw.EXIT_SIGTERM)  # the handler fires while the call waits for its task
+
+    with pytest.raises(SystemExit) as left:
+        wfw.wait(lambda: [node(0)], 2, 8, 600, 10, [].append, time.clock, time.sleep, request)
+    assert left.value.code == wfw.EXIT_SIGTERM
+    assert calls == [[{"GPU": 8}, {"GPU": 8}], []]  # sent, then withdrawn on the way out
+
+
 def test_no_request_while_the_head_does_not_answer():
     time = FakeTime()
     requests: list[list[dict[str, int]]] = []
