@@ -201,10 +201,10 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
                 namespace=namespace,
                 image=settings.nemo_rl_image,
                 cpu_pool_name=CPU_POOL_NAME,
-                pvc_name=refs.pvc_name,
+                pvc_name=volume.pvc.metadata.name,
                 mount_path=LUSTRE_MOUNT_PATH,
             ),
-            opts=pulumi.ResourceOptions(provider=infra.cluster.provider, depends_on=[volume.pvc]),
+            opts=provider,
         )
     return Workloads(
         refs=refs,

@@ -26,7 +26,7 @@ class TensorBoardArgs:
     namespace: pulumi.Input[str]
     image: str
     cpu_pool_name: str
-    pvc_name: str
+    pvc_name: pulumi.Input[str]  # the claim resource's name output: the Deployment waits for the claim through it
     mount_path: str  # the Lustre volume, as the Ray pods mount it (/data); runs write logs under <run>/logs
 
 
