@@ -22,15 +22,18 @@ forever: nothing asks for the nodes. So when fewer than N workers are up, it fir
 bundles of G GPUs (`ray.autoscaler.sdk.request_resources`, through Ray Client), then waits as above. The request
 is withdrawn when the wait ends, ready or not: a standing request would keep the GPUs from ever scaling back to
 zero. The run's own placement groups keep the workers busy from then on; a retried pod asks again. SIGTERM (the
-pipeline's shell passes it on when the pod is deleted or evicted) withdraws the request too, then exits 143.
+pipeline's shell passes it on when the pod is deleted or evicted) withdraws the request too, then exits 143. Each
+request and withdrawal runs Ray Client in a child process of its own, so an interrupted one cannot block the next.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -101,25 +104,62 @@ def _set_request_on_cluster(bundles: Bundles) -> None:
     request_resources(bundles=bundles)
 
 
-def ray_client_request(address: str) -> Callable[[Bundles], None]:
-    """A function that sets the autoscaler's standing resource request on the cluster at `address` (ray://...).
+SET_REQUEST_FLAG = "--set-request-only"  # the child mode below; not for people
+REQUEST_TIMEOUT_S = 180.0
+CHILD_FAILED = "set-request failed: "
+
+
+class RequestFailedError(Exception):
+    """The child that sets the autoscaler request did not; the message is the reason the child gave."""
+
+
+def set_request_through_client(address: str, bundles: Bundles) -> None:
+    """Set the autoscaler's standing resource request on the cluster at `address` (ray://...), through Ray Client.
 
     The SDK call needs the cluster's GCS client, which a Ray Client driver does not have, so it runs as a
     zero-CPU task on the cluster (on the head, since the GPU workers may not exist yet)."""
+    import ray
+
+    with ray.init(address=address, logging_level="WARNING"):
+        task = ray.remote(num_cpus=0)(_set_request_on_cluster)
+        ray.get(task.remote(bundles), timeout=120)
+
+
+def ray_client_request(address: str, timeout_s: float = REQUEST_TIMEOUT_S) -> Callable[[Bundles], None]:
+    """A function that sets the standing request on the cluster at `address`, each time from a short-lived child
+    process (this script in its set-request mode). A SIGTERM that interrupts a Ray Client connection mid-way
+    (connecting, or disconnecting) leaves that process's client state half torn down, and the withdrawal that
+    must follow could not connect again; here the interrupted child is killed, and the withdrawal gets a fresh one."""
 
     def request(bundles: Bundles) -> None:
-        import ray
-
-        ours = signal.getsignal(signal.SIGTERM)
-        try:
-            with ray.init(address=address, logging_level="WARNING"):
-                signal.signal(signal.SIGTERM, ours)  # a SIGTERM from here on leaves through main's handler too
-                task = ray.remote(num_cpus=0)(_set_request_on_cluster)
-                ray.get(task.remote(bundles), timeout=120)
-        finally:
-            signal.signal(signal.SIGTERM, ours)  # ray.init installs its own (sys.exit(15)); keep main's
+        child = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), SET_REQUEST_FLAG, address, json.dumps(bundles)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+        if child.returncode != 0:
+            # Ray's own threads may still log after the child's reason: pick the reason by its prefix.
+            lines = [line for line in child.stderr.splitlines() if line.strip()]
+            reasons = [line.removeprefix(CHILD_FAILED) for line in lines if line.startswith(CHILD_FAILED)]
+            raise RequestFailedError(reasons[-1] if reasons else (lines or [f"exit code {child.returncode}"])[-1])
 
     return request
+
+
+def set_request_main(argv: list[str]) -> int:
+    """The child mode: `wait_for_workers.py --set-request-only ray://HOST:10001 '[{"GPU": 8}]'`. Exit 0 once the
+    request is set; otherwise the error's type and message on stderr after CHILD_FAILED, exit 1."""
+    try:
+        address, bundles_json = argv
+        bundles = json.loads(bundles_json)
+        set_request_through_client(address, bundles)
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {str(exc)[:300]}".replace("\n", " ")
+        print(f"{CHILD_FAILED}{reason}", file=sys.stderr, flush=True)
+        return 1
+    return 0
 
 
 def wait(
@@ -183,8 +223,8 @@ def wait(
 
 def leave_on_sigterm() -> None:
     """Turn SIGTERM into SystemExit(143), so that wait()'s `finally` withdraws the autoscaler request (a standing
-    one keeps GPU nodes up for nobody). Python's default would end the process without it; ray.init's own handler
-    (sys.exit(15)) is not relied on: the request function puts this one back."""
+    one keeps GPU nodes up for nobody). Python's default would end the process without it. Ray Client runs only in
+    the child processes of ray_client_request, so ray.init's own handler never replaces this one."""
 
     def leave(_signum: int, _frame: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one exit; the withdrawal is not interrupted again
@@ -241,4 +281,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == [SET_REQUEST_FLAG]:
+        sys.exit(set_request_main(sys.argv[2:]))
     sys.exit(main())
