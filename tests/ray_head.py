@@ -1,13 +1,16 @@
-"""A real Ray head for the tests, on 127.0.0.1 only, started once per session and stopped by process id.
+"""A real Ray head for the tests, on 127.0.0.1 only, started once per run and stopped by process id.
 
 Loaded as a pytest plugin (tests/conftest.py), so every test module shares the one head: the job submitter's tests
-and the worker-wait tests. The head declares 2 logical GPUs (Ray counts them; no device is touched), so tests can
-ask "are there GPU workers" of a real cluster.
+and the worker-wait tests. Under pytest-xdist (`make unit`) the controller starts it, in the background while the
+workers start, and all workers share it (a head start costs about 9 CPU-seconds, and `make unit` is CPU-bound on two
+cores); without xdist the session starts its own. The head declares 2 logical GPUs (Ray counts them; no device is
+touched), so tests can ask "are there GPU workers" of a real cluster.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -15,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -27,17 +31,21 @@ HEAD_GPUS = 2
 # Ray's workers and drivers bind ports from 10002-19999 unless told otherwise; `make unit` runs several pytest
 # workers, each with its own heads, and two raylets handing out the same port at once make a driver fail to bind.
 WORKER_PORTS = (10002, 19999)
+# What `ray start` says when its raylet did not register with the GCS in Ray's fixed window (ray/_private/node.py).
+RAYLET_REGISTRATION_TIMEOUT = "timed out during startup"
 
 
-def worker_port_range(worker_id: str | None) -> tuple[int, int]:
-    """This pytest-xdist worker's share of WORKER_PORTS (PYTEST_XDIST_WORKER `gwN`, PYTEST_XDIST_WORKER_COUNT): the
-    ranges of two workers never overlap. Without xdist, the whole range."""
+def worker_port_range(worker_id: str | None, count: int | None = None) -> tuple[int, int]:
+    """This pytest-xdist worker's share of WORKER_PORTS (PYTEST_XDIST_WORKER `gwN`; `count` workers, by default
+    PYTEST_XDIST_WORKER_COUNT), or, for worker_id None in a run with workers, the share of the head the controller
+    starts for them all: no two shares overlap. Without xdist, the whole range."""
     low, high = WORKER_PORTS
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if not worker_id or count < 2:
+    if count is None:
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if count < 2:
         return low, high
-    index = int(worker_id.removeprefix("gw")) % count
-    size = (high - low + 1) // count
+    index = count if worker_id is None else int(worker_id.removeprefix("gw")) % count
+    size = (high - low + 1) // (count + 1)
     return low + index * size, low + (index + 1) * size - 1
 
 
@@ -174,6 +182,10 @@ def _kill_all(pids: set[int]) -> None:
 _CLIENT_ADDRESS: dict[str, str] = {}
 _GCS_ADDRESS: dict[str, str] = {}
 
+# The head the xdist controller started for its workers: its addresses and the file that says it is up (or why not).
+SHARED_HEAD_ENV = "NEMORL_TESTS_SHARED_RAY_HEAD"
+SHARED_HEAD_START_S = 300
+
 
 @pytest.fixture(scope="session")
 def ray_client_address(ray_address: str) -> str:
@@ -189,8 +201,77 @@ def ray_gcs_address(ray_address: str) -> str:
 
 @pytest.fixture(scope="session")
 def ray_address() -> Iterator[str]:
+    shared = os.environ.get(SHARED_HEAD_ENV)
+    if shared:
+        yield _wait_for_shared_head(json.loads(shared))
+        return
     with ray_head(RAY_BIN) as address:
         yield address
+
+
+def _wait_for_shared_head(shared: dict[str, str]) -> str:
+    ready = Path(shared["ready"])
+    wait_for(ready.exists, SHARED_HEAD_START_S, "the shared Ray head (started by the xdist controller)", 0.5)
+    problem = ready.read_text()
+    assert not problem, f"the shared Ray head did not start: {problem}"
+    _CLIENT_ADDRESS[shared["address"]] = shared["client"]
+    _GCS_ADDRESS[shared["address"]] = shared["gcs"]
+    return shared["address"]
+
+
+class SharedHead:
+    """The head the xdist controller starts for all its workers: addresses are known at once (ports are chosen up
+    front), the start runs in a thread, and a file says when it is done: empty when the head is up, else why not."""
+
+    def __init__(self, workers: int) -> None:
+        self.head = RayHead(RAY_BIN, worker_ports=worker_port_range(None, workers))
+        self.ready = Path(self.head.temp_dir) / "shared-head-ready"
+        self.thread = threading.Thread(target=self._start, name="shared-ray-head", daemon=True)
+
+    def _start(self) -> None:
+        try:
+            self.head.start()
+            problem = ""
+        except BaseException as exc:  # the workers' fixtures fail with this text
+            problem = f"{type(exc).__name__}: {exc}"
+        partial = self.ready.with_suffix(".tmp")
+        partial.write_text(problem)
+        partial.rename(self.ready)
+
+    def environ(self) -> str:
+        head = self.head
+        return json.dumps(
+            {
+                "address": head.address,
+                "client": f"ray://127.0.0.1:{head.client_server}",
+                "gcs": head.gcs_address,
+                "ready": str(self.ready),
+            }
+        )
+
+    def close(self) -> None:
+        self.thread.join(timeout=SHARED_HEAD_START_S)
+        self.head.close()
+
+
+_SHARED: list[SharedHead] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On the controller of an xdist run: start the workers' shared head (they inherit the environment)."""
+    workers = getattr(config.option, "numprocesses", None)  # an int by now (xdist resolves "auto" before this)
+    if hasattr(config, "workerinput") or not isinstance(workers, int) or workers < 1 or config.option.collectonly:
+        return
+    shared = SharedHead(workers)
+    os.environ[SHARED_HEAD_ENV] = shared.environ()
+    _SHARED.append(shared)
+    shared.thread.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _SHARED:
+        _SHARED.pop().close()
+    os.environ.pop(SHARED_HEAD_ENV, None)
 
 
 @contextlib.contextmanager
@@ -211,9 +292,12 @@ class RayHead:
     what a head pod restarted without GCS fault tolerance looks like to its clients (same Service address, new
     session, empty job table)."""
 
-    def __init__(self, ray_bin: Path, auth_token: str | None = None) -> None:
+    def __init__(
+        self, ray_bin: Path, auth_token: str | None = None, worker_ports: tuple[int, int] | None = None
+    ) -> None:
         self.ray_bin = ray_bin
         self.auth_token = auth_token
+        self.worker_ports = worker_ports or worker_port_range(os.environ.get("PYTEST_XDIST_WORKER"))
         self.temp_dir = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
         (
             self.gcs,
@@ -230,7 +314,7 @@ class RayHead:
         self.address = f"http://127.0.0.1:{self.dashboard}"
 
     def start(self) -> None:
-        min_worker_port, max_worker_port = worker_port_range(os.environ.get("PYTEST_XDIST_WORKER"))
+        min_worker_port, max_worker_port = self.worker_ports
         cmd = [
             str(self.ray_bin),
             "start",
@@ -264,6 +348,11 @@ class RayHead:
         if self.auth_token:
             env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.auth_token)
         started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
+        if started.returncode != 0 and RAYLET_REGISTRATION_TIMEOUT in started.stdout + started.stderr:
+            # Ray gives the raylet a fixed 30 s to register with the GCS; on two loaded cores (several heads starting
+            # at once) that can pass. The head is then half up: clear it away and start once more.
+            _kill_all(_ray_processes(self.temp_dir, self.gcs_address))
+            started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
         assert started.returncode == 0, f"ray start failed:\n{started.stdout}\n{started.stderr}"
         wait_for(lambda: _api_answers(self.address, self.auth_token), 90, "the Ray Jobs API")
         _CLIENT_ADDRESS[self.address] = f"ray://127.0.0.1:{self.client_server}"

@@ -1,5 +1,6 @@
-"""The test Ray heads of the pytest-xdist workers (`make unit` runs four) hand out worker ports from ranges that
-never overlap, so two raylets cannot give the same port to two drivers at once."""
+"""The test Ray heads of the pytest-xdist workers (`make unit` runs four) and the head their controller starts for
+them all hand out worker ports from ranges that never overlap, so two raylets cannot give the same port to two
+drivers at once."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from ray_head import WORKER_PORTS, worker_port_range
 @pytest.mark.parametrize("count", [2, 3, 4])
 def test_xdist_workers_get_disjoint_worker_port_ranges(monkeypatch: pytest.MonkeyPatch, count: int):
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", str(count))
-    ranges = [worker_port_range(f"gw{index}") for index in range(count)]
+    # The workers' own heads and the head the controller starts for them all (worker id None).
+    ranges = [worker_port_range(f"gw{index}") for index in range(count)] + [worker_port_range(None, count)]
     for low, high in ranges:
         assert WORKER_PORTS[0] <= low < high <= WORKER_PORTS[1]
         assert high - low >= 1000  # room for every worker and driver a test file starts

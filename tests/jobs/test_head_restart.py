@@ -7,6 +7,7 @@ the same ports, which is exactly that; the session head (ray_address) serves the
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -16,6 +17,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,96 +92,145 @@ def _first_run_hangs(marker: Path, done: str) -> list[str]:
     return ["sh", "-c", script]
 
 
-def _restart_while_running(head: RayHead, args: list[str], sid: str, marker: Path) -> tuple[int, str]:
-    """Run the submitter; once the job runs, stop the head and start it again at the same address."""
-    proc = _start(args)
+@dataclass
+class Submitter:
+    """One ray_submit.py run across the restart: its id, arguments, run marker, outcome record, and once it ended,
+    its exit code and output."""
+
+    sid: str
+    args: list[str]
+    marker: Path
+    record: Path
+    code: int | None = None
+    out: str = ""
+
+
+def _runs(address: str, submitter: Submitter) -> bool:
+    return _status(address, submitter.sid) == "RUNNING" and submitter.marker.exists()
+
+
+def _restart_while_running(head: RayHead, submitters: list[Submitter]) -> None:
+    """Run the submitters at once; once all their jobs run, stop the head and start it again at the same address
+    (one restart under several running jobs, as a head pod recreated mid-run looks to every step in flight)."""
+    procs = [_start(s.args) for s in submitters]
     try:
-        wait_for(lambda: _status(head.address, sid) == "RUNNING" and marker.exists(), 90, "the job to run")
+        for s in submitters:
+            wait_for(functools.partial(_runs, head.address, s), 90, f"{s.sid} to run")
         before = _session(head.address)
         head.stop()
         head.start()
         assert _session(head.address) != before  # a new head: new session, empty job table
-        assert _status(head.address, sid) is None
-        out, _ = proc.communicate(timeout=240)
+        assert all(_status(head.address, s.sid) is None for s in submitters)
+        for s, proc in zip(submitters, procs, strict=True):
+            s.out, _ = proc.communicate(timeout=240)
+            s.code = proc.returncode
     finally:
-        proc.kill()
-    return proc.returncode, out
+        for proc in procs:
+            proc.kill()
 
 
-def test_head_restart_mid_step_is_survived_and_recorded_steps_are_skipped(
-    restartable_head: RayHead, tmp_path: Path
-) -> None:
+@dataclass
+class OneRestart:
+    """Three steps in flight when the head restarted once: a train step with retries (train), a step without retries
+    (data) and a train step with neither retries nor resubmissions (spent)."""
+
+    head: RayHead
+    train: Submitter
+    train_words: list[str]
+    data: Submitter
+    spent: Submitter
+    records: Path
+
+
+@pytest.fixture(scope="module")
+def one_restart(restartable_head: RayHead, tmp_path_factory: pytest.TempPathFactory) -> OneRestart:
     head = restartable_head
-    records = tmp_path / "run1" / "step-outcomes"
-
-    # 1. A train-like step with retries: the attempt lost in the restart counts as one, ID-r1 runs and succeeds.
-    train = f"t-train-{uuid.uuid4().hex[:8]}"
-    train_marker = tmp_path / "train-runs.txt"
+    tmp = tmp_path_factory.mktemp("restart")
+    records = tmp / "run1" / "step-outcomes"
+    train_sid, data_sid, spent_sid = (f"t-{kind}-{uuid.uuid4().hex[:8]}" for kind in ("train", "data", "spent"))
+    train_marker, data_marker, spent_marker = (tmp / f"{kind}-runs.txt" for kind in ("train", "data", "spent"))
     train_words = _first_run_hangs(train_marker, "trained-$((6*7))")
     train_record = records / "train.json"
-    train_args = _args(
-        head.address, train, train_words, "--max-retries=2", "--max-resubmits=0", f"--record={train_record}"
+    train = Submitter(
+        train_sid,
+        _args(head.address, train_sid, train_words, "--max-retries=2", "--max-resubmits=0", f"--record={train_record}"),
+        train_marker,
+        train_record,
     )
-    code, out = _restart_while_running(head, train_args, train, train_marker)
-    assert code == errors.EXIT_SUCCEEDED, out
-    assert f"the Ray head restarted while job {train} ran" in out
-    assert f"attempt 1 of 3 ({train}) was lost in the head restart; retrying as {train}-r1 (retry 1 of 2)" in out
+    data_record = records / "data.json"
+    data_words = _first_run_hangs(data_marker, "prepared-$((2+2))")
+    data = Submitter(
+        data_sid, _args(head.address, data_sid, data_words, f"--record={data_record}"), data_marker, data_record
+    )
+    spent_record = tmp / "spent.json"
+    spent_words = _first_run_hangs(spent_marker, "never")
+    spent = Submitter(
+        spent_sid,
+        _args(head.address, spent_sid, spent_words, "--max-resubmits=0", f"--record={spent_record}"),
+        spent_marker,
+        spent_record,
+    )
+    _restart_while_running(head, [train, data, spent])
+    return OneRestart(head, train, train_words, data, spent, records)
+
+
+def test_a_train_step_with_retries_survives_the_restart_as_its_next_attempt(one_restart: OneRestart) -> None:
+    head, train = one_restart.head, one_restart.train
+    sid, out = train.sid, train.out
+    assert train.code == errors.EXIT_SUCCEEDED, out
+    assert f"the Ray head restarted while job {sid} ran" in out
+    assert f"attempt 1 of 3 ({sid}) was lost in the head restart; retrying as {sid}-r1 (retry 1 of 2)" in out
     assert out.count("trained-42") == 1, out
-    assert _last_line(out) == f"ray_submit: job {train}-r1 SUCCEEDED"
-    assert train_marker.read_text().splitlines() == ["run", "run"]
-    assert (_status(head.address, train), _status(head.address, f"{train}-r1")) == (None, "SUCCEEDED")
-    record = json.loads(train_record.read_text())
-    assert record["submission_id"] == train and record["job"] == f"{train}-r1"
-    assert record["status"] == "SUCCEEDED" and record["command"] == shlex.join(train_words)
+    assert _last_line(out) == f"ray_submit: job {sid}-r1 SUCCEEDED"
+    assert train.marker.read_text().splitlines() == ["run", "run"]
+    assert (_status(head.address, sid), _status(head.address, f"{sid}-r1")) == (None, "SUCCEEDED")
+    record = json.loads(train.record.read_text())
+    assert record["submission_id"] == sid and record["job"] == f"{sid}-r1"
+    assert record["status"] == "SUCCEEDED" and record["command"] == shlex.join(one_restart.train_words)
     assert record["ray_session"] == _session(head.address)
-    assert [p.name for p in records.iterdir()] == ["train.json"]  # the temporary file was renamed, none is left
 
-    # 2. A step without retries (prepare-data): submitted again under its own id on the restarted head.
-    data = f"t-data-{uuid.uuid4().hex[:8]}"
-    data_marker = tmp_path / "data-runs.txt"
-    data_args = _args(
-        head.address, data, _first_run_hangs(data_marker, "prepared-$((2+2))"), f"--record={records / 'data.json'}"
-    )
-    code, out = _restart_while_running(head, data_args, data, data_marker)
-    assert code == errors.EXIT_SUCCEEDED, out
-    assert f"submitting {data} again on the restarted head (resubmission 1 of 3)" in out
-    assert _last_line(out) == f"ray_submit: job {data} SUCCEEDED"
-    assert data_marker.read_text().splitlines() == ["run", "run"]
-    assert (records / "data.json").is_file()
 
-    # 3. A new submitter pod after that restart: the head knows nothing of the train step; its record does.
-    assert _status(head.address, train) is None and _status(head.address, f"{train}-r1") is None
-    again = _run(train_args)
+def test_a_step_without_retries_is_submitted_again_on_the_restarted_head(one_restart: OneRestart) -> None:
+    data = one_restart.data
+    assert data.code == errors.EXIT_SUCCEEDED, data.out
+    assert f"submitting {data.sid} again on the restarted head (resubmission 1 of 3)" in data.out
+    assert _last_line(data.out) == f"ray_submit: job {data.sid} SUCCEEDED"
+    assert data.marker.read_text().splitlines() == ["run", "run"]
+    # Each step's record was written whole: the temporary files were renamed, none is left.
+    assert sorted(p.name for p in one_restart.records.iterdir()) == ["data.json", "train.json"]
+
+
+def test_retries_spent_on_head_restarts_end_the_run(one_restart: OneRestart) -> None:
+    """No retry and no resubmission left (the train step with maxRestarts 0): the run ends, saying why."""
+    spent = one_restart.spent
+    assert spent.code == errors.EXIT_FAILED, spent.out
+    assert "this step is not retried" in spent.out
+    assert _last_line(spent.out) == f"ray_submit: job {spent.sid} FAILED (lost in a Ray head restart, no retries left)"
+    assert spent.marker.read_text().splitlines() == ["run"]
+    assert not spent.record.exists()
+
+
+def test_after_the_restart_a_new_submitter_skips_the_recorded_step(one_restart: OneRestart) -> None:
+    """A new submitter pod after that restart: the head lost the train step's first attempt, and a head restarted
+    once more would have lost ID-r1 too; the step record is what tells, and Ray is not even asked."""
+    head, train = one_restart.head, one_restart.train
+    sid, train_record = train.sid, train.record
+    assert train.code == errors.EXIT_SUCCEEDED, train.out
+    assert _status(head.address, sid) is None
+    again = _run(train.args)
     assert again.returncode == errors.EXIT_SUCCEEDED, again.stdout + again.stderr
-    assert f"the step record {train_record} says job {train}-r1 SUCCEEDED" in again.stdout
+    assert f"the step record {train_record} says job {sid}-r1 SUCCEEDED" in again.stdout
     assert "submitting job" not in again.stdout and "connecting" not in again.stdout  # Ray is not even asked
-    assert _last_line(again.stdout) == f"ray_submit: job {train}-r1 SUCCEEDED"
-    assert train_marker.read_text().splitlines() == ["run", "run"]
-    assert _status(head.address, train) is None
+    assert _last_line(again.stdout) == f"ray_submit: job {sid}-r1 SUCCEEDED"
+    assert train.marker.read_text().splitlines() == ["run", "run"]
+    assert _status(head.address, sid) is None
 
     # A changed command under the recorded id is refused, with nothing submitted.
-    changed = _run(
-        _args(head.address, train, ["sh", "-c", "echo other"], "--max-retries=2", f"--record={train_record}")
-    )
+    changed = _run(_args(head.address, sid, ["sh", "-c", "echo other"], "--max-retries=2", f"--record={train_record}"))
     assert changed.returncode == errors.EXIT_USAGE, changed.stdout + changed.stderr
-    assert f"the step record {train_record} says {train} SUCCEEDED with another command" in changed.stdout
-    assert _last_line(changed.stdout) == f"ray_submit: job {train}: not run (the id is taken by another command)"
-    assert _status(head.address, train) is None
-
-
-def test_retries_spent_on_head_restarts_end_the_run(restartable_head: RayHead, tmp_path: Path) -> None:
-    """No retry and no resubmission left (the train step with maxRestarts 0): the run ends, saying why."""
-    head = restartable_head
-    sid = f"t-spent-{uuid.uuid4().hex[:8]}"
-    marker = tmp_path / "runs.txt"
-    record = tmp_path / "train.json"
-    args = _args(head.address, sid, _first_run_hangs(marker, "never"), "--max-resubmits=0", f"--record={record}")
-    code, out = _restart_while_running(head, args, sid, marker)
-    assert code == errors.EXIT_FAILED, out
-    assert "this step is not retried" in out
-    assert _last_line(out) == f"ray_submit: job {sid} FAILED (lost in a Ray head restart, no retries left)"
-    assert marker.read_text().splitlines() == ["run"]
-    assert not record.exists()
+    assert f"the step record {train_record} says {sid} SUCCEEDED with another command" in changed.stdout
+    assert _last_line(changed.stdout) == f"ray_submit: job {sid}: not run (the id is taken by another command)"
+    assert _status(head.address, sid) is None
 
 
 def test_a_record_deleted_while_the_head_stays_up_ends_the_run(ray_address: str, tmp_path: Path) -> None:
