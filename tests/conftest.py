@@ -13,7 +13,7 @@ from tools.offline import ProgramRun, load_stack_config, run_program
 from tools.plan import INFRA_EXAMPLE_STACKS
 
 # One real Ray head per session, on loopback, for the tests that need one (tests/ray_head.py).
-pytest_plugins = ["ray_head"]
+pytest_plugins = ["ray_head", "ray_v0_7_0"]
 
 ROOT = Path(__file__).resolve().parent.parent
 # Only the shipped example stacks: a user's own Pulumi.<stack>.yaml is theirs, never a test's.
@@ -28,6 +28,8 @@ RunInfra = Callable[..., ProgramRun]
 # once), except these modules, whose tests need no more than the worker's session Ray head and their own tmp_path:
 # their tests are spread over the workers one by one.
 SPREAD_MODULES = ("tests/jobs/test_ray_submit.py", "tests/jobs/test_runtime_env_on_ray.py")
+# Modules run as one unit with another, for a session fixture they share: the v0.7.0 Ray head (tests/ray_v0_7_0.py).
+RUN_WITH = {"tests/jobs/test_ray_token_auth.py": "tests/jobs/test_ray_2_55_1.py"}
 # The modules that take longest (mostly waiting on real Ray heads; pytest --durations), handed out first so that no
 # worker starts one of them near the end; every other module keeps its collection order after them.
 SLOW_MODULES = (
@@ -47,8 +49,10 @@ def _module(nodeid: str) -> str:
 
 
 def unit_of_work(nodeid: str) -> str:
-    """What one xdist worker runs in one go: the test itself in a spread module, else its whole module."""
-    return nodeid if _module(nodeid) in SPREAD_MODULES else _module(nodeid)
+    """What one xdist worker runs in one go: the test itself in a spread module, else its whole module (with the
+    module it runs with, if any)."""
+    module = _module(nodeid)
+    return nodeid if module in SPREAD_MODULES else RUN_WITH.get(module, module)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -78,7 +78,7 @@ def closed_port() -> int:
     return free_ports(1)[0]
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.5) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -7,11 +7,11 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import conftest
-from conftest import ROOT, SLOW_MODULES, SPREAD_MODULES, unit_of_work
+from conftest import ROOT, RUN_WITH, SLOW_MODULES, SPREAD_MODULES, unit_of_work
 
 
 def test_the_listed_modules_exist():
-    for module in {*SPREAD_MODULES, *SLOW_MODULES}:
+    for module in {*SPREAD_MODULES, *SLOW_MODULES, *RUN_WITH, *RUN_WITH.values()}:
         assert (ROOT / module).is_file(), f"{module} is listed in tests/conftest.py but does not exist"
     assert set(SPREAD_MODULES) <= set(SLOW_MODULES)
 
@@ -22,6 +22,12 @@ def test_a_spread_module_is_shared_test_by_test_and_any_other_module_stays_whole
     assert unit_of_work(f"{spread}::test_a[x::y]") == f"{spread}::test_a[x::y]"
     whole = "tests/test_settings.py"
     assert unit_of_work(f"{whole}::test_a") == unit_of_work(f"{whole}::test_b[dev]") == whole
+
+
+def test_modules_that_share_a_session_head_are_one_unit():
+    """test_ray_token_auth.py and test_ray_2_55_1.py share the v0.7.0 head: on two workers it would start twice."""
+    token, v070 = "tests/jobs/test_ray_token_auth.py", "tests/jobs/test_ray_2_55_1.py"
+    assert unit_of_work(f"{token}::test_a[x]") == unit_of_work(f"{v070}::test_b") == v070
 
 
 def test_slow_modules_come_first_and_modules_stay_together_in_order():

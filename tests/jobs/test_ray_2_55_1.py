@@ -3,7 +3,8 @@ run with a 2.55.1 client (.venv-ray2551), as in the v0.7.0 image where the submi
 Ray. The full behaviour is tested on the default image's Ray in test_ray_submit.py and test_wait_for_workers.py;
 this module covers the calls every run makes: submit and follow, a repeated id, the worker count, and each v0.7.0
 step submitted as the pipeline submits it running v0.7.0's own init_ray (test_runtime_env_on_ray.py does the same
-for v0.5.0 on 2.49.2), with the job-level runtime env the pipeline no longer passes shown to fail it."""
+for v0.5.0 on 2.49.2), with the job-level runtime env the pipeline no longer passes shown to fail it. The head
+requires a token, as the stack's 2.55.1 clusters do, and every client here sends it (tests/ray_v0_7_0.py)."""
 
 from __future__ import annotations
 
@@ -12,50 +13,33 @@ import os
 import subprocess
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_infra_stack
 from launcher.pipeline import pipeline_steps, submit_command
 from launcher.settings import InfraOutputs, build_infra_outputs, build_job_settings
-from ray_head import HEAD_GPUS, ray_head
+from ray_head import HEAD_GPUS
+from ray_v0_7_0 import RAY_VERSION, TOKEN, WITH_TOKEN
 from test_runtime_env_on_ray import DRIVER, OLD_RUNTIME_ENV, as_submitted, submit, submit_all, submit_flags
 from upstream import reference
 
-from infra.nemo_rl_releases import NEMO_RL_RELEASES
-
 pytestmark = pytest.mark.timeout(300)
 
-VENV = ROOT / ".venv-ray2551"
-RAY_VERSION = NEMO_RL_RELEASES["v0.7.0"].ray_version
+
+@pytest.fixture(scope="module")
+def python(ray_v0_7_0_python: Path) -> Path:
+    return ray_v0_7_0_python
 
 
 @pytest.fixture(scope="module")
-def python() -> Path:
-    """.venv-ray2551's Python, holding the Ray of the v0.7.0 row; skip (fail under CI) when it was not created."""
-    python = VENV / "bin" / "python"
-    if not python.is_file():
-        reason = f"no {VENV.name}: create it with `make {VENV.name}/.installed`"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{reason} (CI must run these tests, not skip them)")
-        pytest.skip(reason)
-    found = subprocess.run(
-        [str(python), "-c", "import ray; print(ray.__version__)"], capture_output=True, text=True, check=True
-    )
-    assert found.stdout.strip() == RAY_VERSION, "requirements-ray2551.txt must pin the Ray of the v0.7.0 row"
-    return python
-
-
-@pytest.fixture(scope="module")
-def address(python: Path) -> Iterator[str]:
-    with ray_head(python.parent / "ray") as address:
-        yield address
+def address(ray_v0_7_0_address: str) -> str:
+    return ray_v0_7_0_address
 
 
 def run(python: Path, script: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["PYTHONUNBUFFERED"] = "1"
+    env.update(PYTHONUNBUFFERED="1", **WITH_TOKEN)
     return subprocess.run(
         [str(python), str(ROOT / "jobs" / script), *args], capture_output=True, text=True, timeout=180, env=env
     )
@@ -66,7 +50,8 @@ def last_line(text: str) -> str:
 
 
 def test_the_head_is_the_v0_7_0_ray(address: str) -> None:
-    with urllib.request.urlopen(f"{address}/api/version", timeout=10) as response:
+    request = urllib.request.Request(f"{address}/api/version", headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
         assert json.load(response)["ray_version"] == RAY_VERSION
 
 
@@ -111,7 +96,7 @@ def on_2_55_1(
 ):
     """The pipeline's submit command with this module's head and the 2.55.1 interpreter running ray_submit.py."""
     args = as_submitted(command, address, driver, records, extra)
-    return submit([str(python), *args[1:]])
+    return submit([str(python), *args[1:]], WITH_TOKEN)
 
 
 def test_every_v0_7_0_step_as_submitted_lets_init_ray_attach(python, address, v070_h200, driver, tmp_path) -> None:
@@ -122,7 +107,7 @@ def test_every_v0_7_0_step_as_submitted_lets_init_ray_attach(python, address, v0
     assert [step.name for step in evals] == ["eval-base", "eval-final"]
     submitted = [*distinct.values(), *evals]
     commands = [as_submitted(submit_command(s, job, v070_h200), address, driver, tmp_path) for s in submitted]
-    results = submit_all([[str(python), *args[1:]] for args in commands])  # on_2_55_1, all steps at once
+    results = submit_all([[str(python), *args[1:]] for args in commands], WITH_TOKEN)  # on_2_55_1, all at once
     for step, result in zip(submitted, results, strict=True):
         assert result.returncode == 0, f"{step.name}:\n{result.stdout}{result.stderr}"
         assert f"init_ray attached; GPUs: {float(HEAD_GPUS)}" in result.stdout, result.stdout

@@ -1,9 +1,9 @@
 """Ray token authentication on a real Ray 2.55.1 head (NeMo RL v0.7.0's Ray), started as the stack starts its Ray pods:
-RAY_AUTH_MODE=token and the token in RAY_AUTH_TOKEN. One head for the module. Checked: the Jobs API answers 401
-without a token and 403 to a wrong one; Ray's own client works only with both variables set; the submitter and the
-worker wait succeed with the token and fail at once, clearly, without it or with a wrong one, never printing a token;
-the `ray health-check` KubeRay's wait-gcs-ready init container runs needs the token too; and NeMo RL v0.7.0's
-init_ray, run as a Ray job, attaches."""
+RAY_AUTH_MODE=token and the token in RAY_AUTH_TOKEN (tests/ray_v0_7_0.py; test_ray_2_55_1.py uses the same head).
+Checked: the Jobs API answers 401 without a token and 403 to a wrong one; Ray's own client works only with both
+variables set; the submitter and the worker wait succeed with the token and fail at once, clearly, without it or with
+a wrong one, never printing a token; the `ray health-check` KubeRay's wait-gcs-ready init container runs needs the
+token too; and NeMo RL v0.7.0's init_ray, run as a Ray job, attaches."""
 
 from __future__ import annotations
 
@@ -12,30 +12,32 @@ import subprocess
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from ray_head import _GCS_ADDRESS, HEAD_GPUS, ray_head
-from test_ray_2_55_1 import python  # noqa: F401  (the .venv-ray2551 interpreter fixture)
+from ray_head import _GCS_ADDRESS, HEAD_GPUS
+from ray_v0_7_0 import TOKEN, WITH_TOKEN
 from test_runtime_env_on_ray import DRIVER
 from upstream import reference
 
 pytestmark = pytest.mark.timeout(300)
 
-TOKEN = f"tok{uuid.uuid4().hex}{uuid.uuid4().hex[:13]}"  # 48 letters and digits, like the stack's
 WRONG = f"wrong{uuid.uuid4().hex}"
 NO_TOKEN: dict[str, str] = {}
 ONLY_TOKEN = {"RAY_AUTH_TOKEN": TOKEN}  # without RAY_AUTH_MODE=token Ray's client sends nothing
 WRONG_TOKEN = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": WRONG}
-RIGHT_TOKEN = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}
+RIGHT_TOKEN = WITH_TOKEN
 
 
 @pytest.fixture(scope="module")
-def address(python: Path) -> Iterator[str]:  # noqa: F811
-    with ray_head(python.parent / "ray", auth_token=TOKEN) as address:
-        yield address
+def python(ray_v0_7_0_python: Path) -> Path:
+    return ray_v0_7_0_python
+
+
+@pytest.fixture(scope="module")
+def address(ray_v0_7_0_address: str) -> str:
+    return ray_v0_7_0_address
 
 
 def run(command: list[str], credentials: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -44,7 +46,7 @@ def run(command: list[str], credentials: dict[str, str]) -> subprocess.Completed
     return subprocess.run(command, capture_output=True, text=True, timeout=200, env=env, check=False)
 
 
-def script(python: Path, name: str, *args: str, credentials: dict[str, str]) -> subprocess.CompletedProcess[str]:  # noqa: F811
+def script(python: Path, name: str, *args: str, credentials: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return run([str(python), str(ROOT / "jobs" / name), *args], credentials)
 
 
@@ -84,13 +86,13 @@ except Exception as exc:
     ],
     ids=["none", "token-without-mode", "wrong", "both"],
 )
-def test_rays_job_client_works_only_with_both_variables(python: Path, address: str, credentials, answer):  # noqa: F811
+def test_rays_job_client_works_only_with_both_variables(python: Path, address: str, credentials, answer):
     result = run([str(python), "-c", CLIENT, address], credentials)
     assert result.stdout.startswith(answer), result.stdout + result.stderr
     assert (result.returncode == 0) == (credentials is RIGHT_TOKEN)
 
 
-def test_the_submitter_succeeds_with_the_token(python: Path, address: str):  # noqa: F811
+def test_the_submitter_succeeds_with_the_token(python: Path, address: str):
     sid = f"t-auth-{uuid.uuid4().hex[:8]}"
     result = script(
         python,
@@ -118,7 +120,7 @@ def test_the_submitter_succeeds_with_the_token(python: Path, address: str):  # n
     ],
     ids=["none", "token-without-mode", "wrong"],
 )
-def test_the_submitter_fails_at_once_and_says_why(python: Path, address: str, credentials, says):  # noqa: F811
+def test_the_submitter_fails_at_once_and_says_why(python: Path, address: str, credentials, says):
     sid = f"t-auth-{uuid.uuid4().hex[:8]}"
     result = script(
         python,
@@ -142,7 +144,7 @@ def test_the_submitter_fails_at_once_and_says_why(python: Path, address: str, cr
     assert "Traceback" not in output
 
 
-def test_the_worker_wait_succeeds_with_the_token(python: Path, address: str):  # noqa: F811
+def test_the_worker_wait_succeeds_with_the_token(python: Path, address: str):
     args = ("--address", address, "--nodes", "1", "--gpus-per-node", str(HEAD_GPUS), "--timeout-s", "60")
     result = script(python, "wait_for_workers.py", *args, credentials=RIGHT_TOKEN)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -158,7 +160,7 @@ def test_the_worker_wait_succeeds_with_the_token(python: Path, address: str):  #
     ],
     ids=["none", "wrong"],
 )
-def test_the_worker_wait_fails_at_once_and_says_why(python: Path, address: str, credentials, says):  # noqa: F811
+def test_the_worker_wait_fails_at_once_and_says_why(python: Path, address: str, credentials, says):
     # A long timeout: the wait must end on the refusal, not run out.
     args = ("--address", address, "--nodes", "1", "--gpus-per-node", "1", "--timeout-s", "600", "--poll-s", "1")
     result = script(python, "wait_for_workers.py", *args, credentials=credentials)
@@ -168,7 +170,7 @@ def test_the_worker_wait_fails_at_once_and_says_why(python: Path, address: str, 
     assert TOKEN not in output and WRONG not in output
 
 
-def test_kuberays_gcs_wait_needs_the_token(python: Path, address: str):  # noqa: F811
+def test_kuberays_gcs_wait_needs_the_token(python: Path, address: str):
     """wait-gcs-ready runs `ray health-check` against the head's GCS: refused without the token, so the worker's env
     (which KubeRay copies into that init container) must carry it."""
     health = [str(python.parent / "ray"), "health-check", "--address", _GCS_ADDRESS[address]]
@@ -179,7 +181,7 @@ def test_kuberays_gcs_wait_needs_the_token(python: Path, address: str):  # noqa:
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
-def test_nemo_rl_v0_7_0_init_ray_attaches_on_the_token_cluster(python: Path, address: str, tmp_path: Path):  # noqa: F811
+def test_nemo_rl_v0_7_0_init_ray_attaches_on_the_token_cluster(python: Path, address: str, tmp_path: Path):
     """The driver runs on the head with the Ray pod's environment (the token), as a Ray job the submitter starts."""
     init_ray_source = reference("nemo-rl-v0.7.0") / "nemo_rl" / "distributed" / "virtual_cluster.py"
     driver = tmp_path / "init_ray_driver.py"

@@ -11,6 +11,7 @@ import shlex
 import subprocess
 import sys
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -80,16 +81,20 @@ def as_submitted(
     return [sys.executable, str(ROOT / "jobs" / "ray_submit.py"), *flags, *extra, "--", *driver]
 
 
-def submit(args: list[str]) -> subprocess.CompletedProcess[str]:
+def submit(args: list[str], credentials: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a submit command; `credentials` (RAY_AUTH_MODE, RAY_AUTH_TOKEN) for a head that requires a token."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(credentials or {})
     return subprocess.run(args, capture_output=True, text=True, timeout=240, env=env, check=False)
 
 
-def submit_all(commands: list[list[str]]) -> list[subprocess.CompletedProcess[str]]:
+def submit_all(
+    commands: list[list[str]], credentials: Mapping[str, str] | None = None
+) -> list[subprocess.CompletedProcess[str]]:
     """submit() for each command, all at once (each its own submission id and Ray job, on the one head): the
     submitters mostly wait on Ray, so the steps of a test need not take turns."""
     with ThreadPoolExecutor(max_workers=max(1, len(commands))) as pool:
-        return list(pool.map(submit, commands))
+        return list(pool.map(lambda command: submit(command, credentials), commands))
 
 
 def submit_flags(command: list[str]) -> tuple[str, ...]:
