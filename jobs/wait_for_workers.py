@@ -214,11 +214,26 @@ def wait(
             sleep(min(poll_s, max(0.0, deadline - clock())))
     finally:
         if requested and request is not None:
-            try:
-                request([])
-                say("withdrew the autoscaler request (idle workers may scale down again)")
-            except Exception as exc:
-                say(f"could not withdraw the autoscaler request ({type(exc).__name__}: {str(exc)[:200]})")
+            withdraw(request, say)
+
+
+WITHDRAW_ATTEMPTS = 3
+
+
+def withdraw(request: Callable[[Bundles], None], say: Callable[[str], None]) -> None:
+    """Clear the standing request, trying again if a connection fails (a Ray Client connection can time out on a
+    busy head): a request left standing keeps GPU nodes up for nobody."""
+    for attempt in range(1, WITHDRAW_ATTEMPTS + 1):
+        try:
+            request([])
+        except Exception as exc:
+            say(
+                f"could not withdraw the autoscaler request, attempt {attempt} of {WITHDRAW_ATTEMPTS} "
+                f"({type(exc).__name__}: {str(exc)[:200]})"
+            )
+        else:
+            say("withdrew the autoscaler request (idle workers may scale down again)")
+            return
 
 
 def leave_on_sigterm() -> None:

@@ -25,7 +25,7 @@ RunInfra = Callable[..., ProgramRun]
 
 # `make unit` runs pytest-xdist with --dist loadgroup, which here means (pytest_xdist_make_scheduler below): each test
 # module is one unit of work, run whole on one worker (its module fixtures, such as a Ray head of its own, are set up
-# once), except these modules, whose tests need no more than the worker's session Ray head and their own tmp_path:
+# once), except these modules, whose tests need no more than the session Ray head and their own tmp_path:
 # their tests are spread over the workers one by one.
 SPREAD_MODULES = ("tests/jobs/test_ray_submit.py", "tests/jobs/test_runtime_env_on_ray.py")
 # Modules run as one unit with another, for a session fixture they share: the v0.7.0 Ray head (tests/ray_v0_7_0.py).

@@ -170,6 +170,22 @@ def test_a_sigterm_during_the_request_still_withdraws_it():
     assert calls == [[{"GPU": 8}, {"GPU": 8}], []]  # sent, then withdrawn on the way out
 
 
+def test_a_failed_withdrawal_is_tried_again():
+    time = FakeTime()
+    calls: list[list[dict[str, int]]] = []
+
+    def request(bundles: list[dict[str, int]]) -> None:
+        calls.append(bundles)
+        if bundles == [] and calls.count([]) < wfw.WITHDRAW_ATTEMPTS:
+            raise ConnectionError("ray client connection timeout")
+
+    said: list[str] = []
+    assert wfw.wait(lambda: [node(0)], 1, 8, 10, 10, said.append, time.clock, time.sleep, request) is False
+    assert calls == [[{"GPU": 8}]] + [[]] * wfw.WITHDRAW_ATTEMPTS  # the last withdrawal got through
+    assert said[-1].startswith("withdrew the autoscaler request")
+    assert f"attempt {wfw.WITHDRAW_ATTEMPTS - 1} of {wfw.WITHDRAW_ATTEMPTS} (ConnectionError" in said[-2]
+
+
 def test_no_request_while_the_head_does_not_answer():
     time = FakeTime()
     requests: list[list[dict[str, int]]] = []
@@ -252,7 +268,7 @@ def test_request_reaches_a_real_head_and_is_withdrawn(ray_address: str, ray_clie
     out = timed_out.stdout + timed_out.stderr
     assert timed_out.returncode == wfw.EXIT_NOT_READY, out  # nobody brings GPUs here: the timeout path
     assert "asked the Ray autoscaler for 2 workers of 8 GPUs" in out, out
-    assert "withdrew the autoscaler request" in out
+    assert "withdrew the autoscaler request" in out, out
     assert standing_request(ray_gcs_address) == []
 
     # Enough workers already (the head offers HEAD_GPUS): no request is made.
@@ -271,7 +287,7 @@ def test_sigterm_withdraws_the_request_on_a_real_head(ray_address: str, ray_clie
         waiting.terminate()
         out, _ = waiting.communicate(timeout=120)
     assert waiting.returncode == wfw.EXIT_SIGTERM, out
-    assert "withdrew the autoscaler request" in out
+    assert "withdrew the autoscaler request" in out, out
     assert standing_request(ray_gcs_address) == []
 
 
