@@ -29,7 +29,8 @@ import pytest
 RAY_BIN = Path(sys.executable).parent / "ray"
 HEAD_GPUS = 2
 # Ray's workers and drivers bind ports from 10002-19999 unless told otherwise; `make unit` runs several pytest
-# workers, each with its own heads, and two raylets handing out the same port at once make a driver fail to bind.
+# workers, each with heads of its own besides the shared one, and two raylets handing out the same port at once make a
+# driver fail to bind.
 WORKER_PORTS = (10002, 19999)
 # What `ray start` says when its raylet did not register with the GCS in Ray's fixed window (ray/_private/node.py).
 RAYLET_REGISTRATION_TIMEOUT = "timed out during startup"
@@ -211,7 +212,7 @@ def ray_address() -> Iterator[str]:
 
 def _wait_for_shared_head(shared: dict[str, str]) -> str:
     ready = Path(shared["ready"])
-    wait_for(ready.exists, SHARED_HEAD_START_S, "the shared Ray head (started by the xdist controller)", 0.5)
+    wait_for(ready.exists, SHARED_HEAD_START_S, "the shared Ray head (started by the xdist controller)")
     problem = ready.read_text()
     assert not problem, f"the shared Ray head did not start: {problem}"
     _CLIENT_ADDRESS[shared["address"]] = shared["client"]

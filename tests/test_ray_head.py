@@ -4,8 +4,11 @@ drivers at once."""
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
-from ray_head import WORKER_PORTS, worker_port_range
+from ray_head import SHARED_HEAD_ENV, WORKER_PORTS, worker_port_range
 
 
 @pytest.mark.parametrize("count", [2, 3, 4])
@@ -23,3 +26,10 @@ def test_xdist_workers_get_disjoint_worker_port_ranges(monkeypatch: pytest.Monke
 def test_without_xdist_a_head_has_the_whole_range(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
     assert worker_port_range(None) == WORKER_PORTS
+
+
+def test_xdist_workers_share_the_head_their_controller_started(request: pytest.FixtureRequest):
+    """A head start costs about 9 CPU-seconds of a CPU-bound run: under xdist no worker starts its own session head."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("only under pytest-xdist (make unit)")
+    assert request.getfixturevalue("ray_address") == json.loads(os.environ[SHARED_HEAD_ENV])["address"]
