@@ -28,7 +28,7 @@ WITH_TOKEN = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}
 
 
 @pytest.fixture(scope="session")
-def ray_v0_7_0_python() -> Path:
+def v070_python() -> Path:
     """.venv-ray2551's Python, holding the Ray of the v0.7.0 row; skip (fail under CI) when it was not created."""
     python = VENV / "bin" / "python"
     if not python.is_file():
@@ -44,7 +44,7 @@ def ray_v0_7_0_python() -> Path:
 
 
 @pytest.fixture(scope="session")
-def ray_v0_7_0_address(ray_v0_7_0_python: Path) -> Iterator[str]:
+def v070_address(v070_python: Path) -> Iterator[str]:
     """The Jobs API of the 2.55.1 head (token authentication on, TOKEN)."""
-    with ray_head(ray_v0_7_0_python.parent / "ray", auth_token=TOKEN) as address:
+    with ray_head(v070_python.parent / "ray", auth_token=TOKEN) as address:
         yield address

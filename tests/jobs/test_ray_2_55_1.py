@@ -27,16 +27,6 @@ from upstream import reference
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(scope="module")
-def python(ray_v0_7_0_python: Path) -> Path:
-    return ray_v0_7_0_python
-
-
-@pytest.fixture(scope="module")
-def address(ray_v0_7_0_address: str) -> str:
-    return ray_v0_7_0_address
-
-
 def run(python: Path, script: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(PYTHONUNBUFFERED="1", **WITH_TOKEN)
@@ -49,31 +39,35 @@ def last_line(text: str) -> str:
     return [line for line in text.splitlines() if line.strip()][-1]
 
 
-def test_the_head_is_the_v0_7_0_ray(address: str) -> None:
-    request = urllib.request.Request(f"{address}/api/version", headers={"Authorization": f"Bearer {TOKEN}"})
+def test_the_head_is_the_v0_7_0_ray(v070_address: str) -> None:
+    request = urllib.request.Request(f"{v070_address}/api/version", headers={"Authorization": f"Bearer {TOKEN}"})
     with urllib.request.urlopen(request, timeout=10) as response:
         assert json.load(response)["ray_version"] == RAY_VERSION
 
 
-def test_submit_follow_and_repeat(python: Path, address: str, tmp_path: Path) -> None:
+def test_submit_follow_and_repeat(v070_python: Path, v070_address: str, tmp_path: Path) -> None:
     sid = f"t-v070-{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "runs.txt"
     entry = ["--", "sh", "-c", f"echo answer-$((6*7)); echo ran >> {marker}"]
-    first = run(python, "ray_submit.py", "--address", address, "--submission-id", sid, *entry)
+    first = run(v070_python, "ray_submit.py", "--address", v070_address, "--submission-id", sid, *entry)
     assert first.returncode == 0, first.stdout + first.stderr
     assert first.stdout.count("answer-42") == 1, first.stdout
     assert last_line(first.stdout) == f"ray_submit: job {sid} SUCCEEDED"
-    again = run(python, "ray_submit.py", "--address", address, "--submission-id", sid, *entry)
+    again = run(v070_python, "ray_submit.py", "--address", v070_address, "--submission-id", sid, *entry)
     assert again.returncode == 0 and "already SUCCEEDED" in again.stdout, again.stdout + again.stderr
     assert marker.read_text().splitlines() == ["ran"]
 
 
-def test_the_worker_wait_counts_gpu_nodes(python: Path, address: str) -> None:
-    ready = run(python, "wait_for_workers.py", "--address", address, "--nodes", "1", "--gpus-per-node", str(HEAD_GPUS))
+def test_the_worker_wait_counts_gpu_nodes(v070_python: Path, v070_address: str) -> None:
+    ready = run(
+        v070_python, "wait_for_workers.py", "--address", v070_address, "--nodes", "1", "--gpus-per-node", str(HEAD_GPUS)
+    )
     assert ready.returncode == 0, ready.stdout + ready.stderr
     assert f"1 of 1 Ray GPU workers ({HEAD_GPUS} GPUs each) are up" in ready.stdout
     short = ("--timeout-s", "2", "--poll-s", "0.5")
-    too_big = run(python, "wait_for_workers.py", "--address", address, "--nodes", "1", "--gpus-per-node", "8", *short)
+    too_big = run(
+        v070_python, "wait_for_workers.py", "--address", v070_address, "--nodes", "1", "--gpus-per-node", "8", *short
+    )
     assert too_big.returncode != 0 and "0 of 1 Ray GPU workers (8 GPUs each) are up" in too_big.stdout
 
 
@@ -83,12 +77,12 @@ def v070_h200() -> InfraOutputs:
 
 
 @pytest.fixture(scope="module")
-def driver(python: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+def driver(v070_python: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """The entrypoint Ray runs: NeMo RL v0.7.0's init_ray from the reference, with the 2.55.1 interpreter."""
     init_ray_source = reference("nemo-rl-v0.7.0") / "nemo_rl" / "distributed" / "virtual_cluster.py"
     path = tmp_path_factory.mktemp("driver") / "init_ray_driver.py"
     path.write_text(DRIVER)
-    return [str(python), str(path), str(init_ray_source)]
+    return [str(v070_python), str(path), str(init_ray_source)]
 
 
 def on_2_55_1(
@@ -99,26 +93,30 @@ def on_2_55_1(
     return submit([str(python), *args[1:]], WITH_TOKEN)
 
 
-def test_every_v0_7_0_step_as_submitted_lets_init_ray_attach(python, address, v070_h200, driver, tmp_path) -> None:
+def test_every_v0_7_0_step_as_submitted_lets_init_ray_attach(
+    v070_python, v070_address, v070_h200, driver, tmp_path
+) -> None:
     job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, v070_h200)
     steps = pipeline_steps(job, v070_h200)
     distinct = {submit_flags(submit_command(step, job, v070_h200)): step for step in steps}
     evals = [step for step in steps if step.name.startswith("eval-")]
     assert [step.name for step in evals] == ["eval-base", "eval-final"]
     submitted = [*distinct.values(), *evals]
-    commands = [as_submitted(submit_command(s, job, v070_h200), address, driver, tmp_path) for s in submitted]
-    results = submit_all([[str(python), *args[1:]] for args in commands], WITH_TOKEN)  # on_2_55_1, all at once
+    commands = [as_submitted(submit_command(s, job, v070_h200), v070_address, driver, tmp_path) for s in submitted]
+    results = submit_all([[str(v070_python), *args[1:]] for args in commands], WITH_TOKEN)  # on_2_55_1, all at once
     for step, result in zip(submitted, results, strict=True):
         assert result.returncode == 0, f"{step.name}:\n{result.stdout}{result.stderr}"
         assert f"init_ray attached; GPUs: {float(HEAD_GPUS)}" in result.stdout, result.stdout
 
 
-def test_a_job_level_runtime_env_still_fails_init_ray_on_2_55_1(python, address, v070_h200, driver, tmp_path) -> None:
+def test_a_job_level_runtime_env_still_fails_init_ray_on_2_55_1(
+    v070_python, v070_address, v070_h200, driver, tmp_path
+) -> None:
     """Why the steps pass none on v0.7.0 either: Ray 2.55.1 refuses the merge as 2.49.2 does (and exits 1)."""
     job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, v070_h200)
     train = next(step for step in pipeline_steps(job, v070_h200) if step.name == "train")
     old = ("--runtime-env-json", json.dumps(OLD_RUNTIME_ENV))
-    result = on_2_55_1(submit_command(train, job, v070_h200), python, address, driver, tmp_path, extra=old)
+    result = on_2_55_1(submit_command(train, job, v070_h200), v070_python, v070_address, driver, tmp_path, extra=old)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Failed to merge the Job's runtime env" in result.stdout
     assert "init_ray attached" not in result.stdout

@@ -30,16 +30,6 @@ WRONG_TOKEN = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": WRONG}
 RIGHT_TOKEN = WITH_TOKEN
 
 
-@pytest.fixture(scope="module")
-def python(ray_v0_7_0_python: Path) -> Path:
-    return ray_v0_7_0_python
-
-
-@pytest.fixture(scope="module")
-def address(ray_v0_7_0_address: str) -> str:
-    return ray_v0_7_0_address
-
-
 def run(command: list[str], credentials: dict[str, str]) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
     env.update(PYTHONUNBUFFERED="1", **credentials)
@@ -59,10 +49,10 @@ def http_status(url: str, token: str | None) -> int:
         return error.code
 
 
-def test_the_jobs_api_answers_401_without_a_token_and_403_to_a_wrong_one(address: str):
-    assert http_status(f"{address}/api/jobs/", None) == 401
-    assert http_status(f"{address}/api/jobs/", WRONG) == 403
-    assert http_status(f"{address}/api/jobs/", TOKEN) == 200
+def test_the_jobs_api_answers_401_without_a_token_and_403_to_a_wrong_one(v070_address: str):
+    assert http_status(f"{v070_address}/api/jobs/", None) == 401
+    assert http_status(f"{v070_address}/api/jobs/", WRONG) == 403
+    assert http_status(f"{v070_address}/api/jobs/", TOKEN) == 200
 
 
 CLIENT = """
@@ -86,19 +76,19 @@ except Exception as exc:
     ],
     ids=["none", "token-without-mode", "wrong", "both"],
 )
-def test_rays_job_client_works_only_with_both_variables(python: Path, address: str, credentials, answer):
-    result = run([str(python), "-c", CLIENT, address], credentials)
+def test_rays_job_client_works_only_with_both_variables(v070_python: Path, v070_address: str, credentials, answer):
+    result = run([str(v070_python), "-c", CLIENT, v070_address], credentials)
     assert result.stdout.startswith(answer), result.stdout + result.stderr
     assert (result.returncode == 0) == (credentials is RIGHT_TOKEN)
 
 
-def test_the_submitter_succeeds_with_the_token(python: Path, address: str):
+def test_the_submitter_succeeds_with_the_token(v070_python: Path, v070_address: str):
     sid = f"t-auth-{uuid.uuid4().hex[:8]}"
     result = script(
-        python,
+        v070_python,
         "ray_submit.py",
         "--address",
-        address,
+        v070_address,
         "--submission-id",
         sid,
         "--",
@@ -120,13 +110,13 @@ def test_the_submitter_succeeds_with_the_token(python: Path, address: str):
     ],
     ids=["none", "token-without-mode", "wrong"],
 )
-def test_the_submitter_fails_at_once_and_says_why(python: Path, address: str, credentials, says):
+def test_the_submitter_fails_at_once_and_says_why(v070_python: Path, v070_address: str, credentials, says):
     sid = f"t-auth-{uuid.uuid4().hex[:8]}"
     result = script(
-        python,
+        v070_python,
         "ray_submit.py",
         "--address",
-        address,
+        v070_address,
         "--submission-id",
         sid,
         "--connect-timeout",
@@ -144,9 +134,9 @@ def test_the_submitter_fails_at_once_and_says_why(python: Path, address: str, cr
     assert "Traceback" not in output
 
 
-def test_the_worker_wait_succeeds_with_the_token(python: Path, address: str):
-    args = ("--address", address, "--nodes", "1", "--gpus-per-node", str(HEAD_GPUS), "--timeout-s", "60")
-    result = script(python, "wait_for_workers.py", *args, credentials=RIGHT_TOKEN)
+def test_the_worker_wait_succeeds_with_the_token(v070_python: Path, v070_address: str):
+    args = ("--address", v070_address, "--nodes", "1", "--gpus-per-node", str(HEAD_GPUS), "--timeout-s", "60")
+    result = script(v070_python, "wait_for_workers.py", *args, credentials=RIGHT_TOKEN)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"1 of 1 Ray GPU workers ({HEAD_GPUS} GPUs each) are up" in result.stdout
     assert TOKEN not in result.stdout + result.stderr
@@ -160,20 +150,20 @@ def test_the_worker_wait_succeeds_with_the_token(python: Path, address: str):
     ],
     ids=["none", "wrong"],
 )
-def test_the_worker_wait_fails_at_once_and_says_why(python: Path, address: str, credentials, says):
+def test_the_worker_wait_fails_at_once_and_says_why(v070_python: Path, v070_address: str, credentials, says):
     # A long timeout: the wait must end on the refusal, not run out.
-    args = ("--address", address, "--nodes", "1", "--gpus-per-node", "1", "--timeout-s", "600", "--poll-s", "1")
-    result = script(python, "wait_for_workers.py", *args, credentials=credentials)
+    args = ("--address", v070_address, "--nodes", "1", "--gpus-per-node", "1", "--timeout-s", "600", "--poll-s", "1")
+    result = script(v070_python, "wait_for_workers.py", *args, credentials=credentials)
     output = result.stdout + result.stderr
     assert result.returncode == 2, output
     assert says in output and "not waiting" in output
     assert TOKEN not in output and WRONG not in output
 
 
-def test_kuberays_gcs_wait_needs_the_token(python: Path, address: str):
+def test_kuberays_gcs_wait_needs_the_token(v070_python: Path, v070_address: str):
     """wait-gcs-ready runs `ray health-check` against the head's GCS: refused without the token, so the worker's env
     (which KubeRay copies into that init container) must carry it."""
-    health = [str(python.parent / "ray"), "health-check", "--address", _GCS_ADDRESS[address]]
+    health = [str(v070_python.parent / "ray"), "health-check", "--address", _GCS_ADDRESS[v070_address]]
     refused = run(health, NO_TOKEN)
     assert refused.returncode != 0 and "InvalidAuthToken" in refused.stdout + refused.stderr
     assert run(health, WRONG_TOKEN).returncode != 0
@@ -181,15 +171,15 @@ def test_kuberays_gcs_wait_needs_the_token(python: Path, address: str):
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
-def test_nemo_rl_v0_7_0_init_ray_attaches_on_the_token_cluster(python: Path, address: str, tmp_path: Path):
+def test_nemo_rl_v0_7_0_init_ray_attaches_on_the_token_cluster(v070_python: Path, v070_address: str, tmp_path: Path):
     """The driver runs on the head with the Ray pod's environment (the token), as a Ray job the submitter starts."""
     init_ray_source = reference("nemo-rl-v0.7.0") / "nemo_rl" / "distributed" / "virtual_cluster.py"
     driver = tmp_path / "init_ray_driver.py"
     driver.write_text(DRIVER)
     sid = f"t-auth-init-{uuid.uuid4().hex[:8]}"
-    entry = ["--", str(python), str(driver), str(init_ray_source)]
+    entry = ["--", str(v070_python), str(driver), str(init_ray_source)]
     result = script(
-        python, "ray_submit.py", "--address", address, "--submission-id", sid, *entry, credentials=RIGHT_TOKEN
+        v070_python, "ray_submit.py", "--address", v070_address, "--submission-id", sid, *entry, credentials=RIGHT_TOKEN
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"init_ray attached; GPUs: {float(HEAD_GPUS)}" in result.stdout
