@@ -40,6 +40,14 @@ def script(python: Path, name: str, *args: str, credentials: dict[str, str]) -> 
     return run([str(python), str(ROOT / "jobs" / name), *args], credentials)
 
 
+def submit_echo(
+    python: Path, address: str, sid: str, *flags: str, credentials: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """ray_submit.py running `echo hi` as job `sid`."""
+    args = ("--address", address, "--submission-id", sid, *flags, "--", "echo", "hi")
+    return script(python, "ray_submit.py", *args, credentials=credentials)
+
+
 def http_status(url: str, token: str | None) -> int:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
@@ -84,18 +92,7 @@ def test_rays_job_client_works_only_with_both_variables(v070_python: Path, v070_
 
 def test_the_submitter_succeeds_with_the_token(v070_python: Path, v070_address: str):
     sid = f"t-auth-{uuid.uuid4().hex[:8]}"
-    result = script(
-        v070_python,
-        "ray_submit.py",
-        "--address",
-        v070_address,
-        "--submission-id",
-        sid,
-        "--",
-        "echo",
-        "hi",
-        credentials=RIGHT_TOKEN,
-    )
+    result = submit_echo(v070_python, v070_address, sid, credentials=RIGHT_TOKEN)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.splitlines()[-1] == f"ray_submit: job {sid} SUCCEEDED"
     assert TOKEN not in result.stdout + result.stderr
@@ -112,20 +109,7 @@ def test_the_submitter_succeeds_with_the_token(v070_python: Path, v070_address: 
 )
 def test_the_submitter_fails_at_once_and_says_why(v070_python: Path, v070_address: str, credentials, says):
     sid = f"t-auth-{uuid.uuid4().hex[:8]}"
-    result = script(
-        v070_python,
-        "ray_submit.py",
-        "--address",
-        v070_address,
-        "--submission-id",
-        sid,
-        "--connect-timeout",
-        "120",
-        "--",
-        "echo",
-        "hi",
-        credentials=credentials,
-    )
+    result = submit_echo(v070_python, v070_address, sid, "--connect-timeout", "120", credentials=credentials)
     output = result.stdout + result.stderr
     assert result.returncode == 2, output  # final: the Job does not retry a pod that would be refused the same way
     assert says in output
