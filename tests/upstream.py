@@ -7,6 +7,7 @@ the sources. Under CI (CI=true) a missing reference or loader fails instead: CI 
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
@@ -50,26 +51,40 @@ class NemoRlRefusedError(Exception):
     """NeMo RL's loader refused the recipe or an override; the message is the loader's one line."""
 
 
+class _LoaderServer:
+    """tools/nemorl_config.py --serve in .venv-nemorl, one per test process, started at its first call: each call is
+    still a process of its own (a child of the server), without starting Python and importing hydra each time."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[str] | None = None
+
+    def call(self, words: list[str]) -> subprocess.CompletedProcess[str]:
+        python = nemo_rl_python()
+        if self.process is None or self.process.poll() is not None:
+            self.process = subprocess.Popen(
+                [str(python), str(NEMORL_CONFIG), "--serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            atexit.register(self.process.kill)
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(words) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, f"tools/nemorl_config.py --serve ended (status {self.process.wait()}) while answering {words}"
+        answer = json.loads(line)
+        return subprocess.CompletedProcess(words, answer["code"], answer["stdout"], answer["stderr"])
+
+
+_LOADER = _LoaderServer()
+
+
 def resolve_with_nemo_rl(nemo_rl_dir: Path, entry_args: list[str], entrypoint: str = "grpo") -> dict[str, Any]:
     """The config NeMo RL's GRPO entrypoint (or, with entrypoint="run_eval", examples/run_eval.py) would run with,
     given the words it gets after its script name (`--config=...` and the overrides), resolved by the loader of the
     NeMo RL tree `nemo_rl_dir`."""
-    result = subprocess.run(
-        [
-            str(nemo_rl_python()),
-            str(NEMORL_CONFIG),
-            "--nemo-rl",
-            str(nemo_rl_dir),
-            "--entrypoint",
-            entrypoint,
-            "--",
-            *entry_args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = _LOADER.call(["--nemo-rl", str(nemo_rl_dir), "--entrypoint", entrypoint, "--", *entry_args])
     if result.returncode == 1:
         raise NemoRlRefusedError(result.stderr.strip())
     assert result.returncode == 0, result.stderr

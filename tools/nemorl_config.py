@@ -17,15 +17,24 @@ With `--entrypoint run_eval` the words are taken as examples/run_eval.py takes t
 examples/configs/evals/eval.yaml, and when there are overrides, every word it was given is read with
 `OmegaConf.from_cli` and merged into the loaded config with `OmegaConf.merge` (not struct: an unknown key is added,
 not refused; a `+` prefix would become part of a key), then resolved the same way.
+
+`--serve` answers many such calls from one process (the tests make over a hundred): each line on stdin is a JSON list
+of the words a call would get, and each answer is one JSON line {"code", "stdout", "stderr"}. Every call runs in a
+child forked from a server that has only imported omegaconf and hydra, so it starts from the state a fresh process
+has (no NeMo RL tree on sys.path, no resolver registered, the server's working directory), without paying for
+those imports again.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
 import sys
+import tempfile
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -126,5 +135,59 @@ def print_resolved(nemo_rl_dir: Path, build: Callable[[], Any]) -> int:
     return 0
 
 
+# What every call imports (nemo_rl/utils/config.py imports these at both releases): the server imports them once.
+PRELOADED = ("omegaconf", "hydra._internal.config_loader_impl", "hydra.core.override_parser.overrides_parser")
+
+
+def exit_code(exc: SystemExit) -> int:
+    """The status a process ending with this SystemExit has (None is 0; a message is printed and is 1)."""
+    if exc.code is None or isinstance(exc.code, int):
+        return exc.code or 0
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def run_in_child(argv: list[str]) -> dict[str, object]:
+    """main(argv) in a forked child, its stdout and stderr in files: its exit code and what it printed."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            code = 1
+            try:
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                code = main(argv)
+            except SystemExit as exc:
+                code = exit_code(exc)
+            except BaseException:  # as an uncaught exception ends a process: the traceback, status 1
+                traceback.print_exc()
+            finally:
+                with contextlib.suppress(BaseException):
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        out.seek(0)
+        err.seek(0)
+        return {
+            "code": os.waitstatus_to_exitcode(status),
+            "stdout": out.read().decode(errors="replace"),
+            "stderr": err.read().decode(errors="replace"),
+        }
+
+
+def serve() -> int:
+    """Answer one call per line of stdin until it closes (see the module's docstring)."""
+    for name in PRELOADED:
+        importlib.import_module(name)
+
+    for line in sys.stdin:
+        if line.strip():
+            print(json.dumps(run_in_child(json.loads(line))), flush=True)
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve() if sys.argv[1:] == ["--serve"] else main())

@@ -7,6 +7,7 @@ train with."""
 from __future__ import annotations
 
 import shlex
+import subprocess
 from dataclasses import replace
 from typing import Any
 
@@ -178,3 +179,27 @@ def test_a_missing_reference_skips_with_how_to_get_it_and_fails_under_ci(monkeyp
     monkeypatch.setattr(upstream, "NEMORL_PYTHON", upstream.ROOT / ".venv-missing" / "bin" / "python")
     with pytest.raises(pytest.fail.Exception, match=r"make \.venv-nemorl/\.installed"):
         upstream.nemo_rl_python()
+
+
+def test_the_loader_server_answers_each_call_as_the_command_would():
+    """resolve_with_nemo_rl asks one tools/nemorl_config.py --serve per test process: for calls of both releases in
+    turn (v0.7.0 first: its loader module and resolvers must not stay behind for v0.5.0), a refused override and a
+    usage error, each answer is the exit code and output of the same words run as a command of their own."""
+    v050, v070 = reference("nemo-rl-v0.5.0"), reference("nemo-rl-v0.7.0")
+    calls = [
+        ["--nemo-rl", str(v070), "--entrypoint", "run_eval", "--", "generation.temperature=0.5"],
+        ["--nemo-rl", str(v050), "--", "--config=examples/configs/grpo_math_1B.yaml", "grpo.num_prompts_per_step=7"],
+        ["--nemo-rl", str(v050), "--", "--config=examples/configs/grpo_math_1B.yaml", "grpo.max_num_stepz=3"],
+        ["--nemo-rl", str(v070), "--", "--config=examples/configs/grpo_math_1B.yaml", "grpo.num_prompts_per_step=7"],
+        ["--nemo-rl", str(v050)],
+    ]
+    for words in calls:
+        served = upstream._LOADER.call(words)
+        alone = subprocess.run(
+            [str(upstream.nemo_rl_python()), str(upstream.NEMORL_CONFIG), *words],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert (served.returncode, served.stdout, served.stderr) == (alone.returncode, alone.stdout, alone.stderr)
+    assert [upstream._LOADER.call(words).returncode for words in calls] == [0, 0, 1, 0, 2]
