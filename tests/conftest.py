@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import functools
+import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -31,14 +34,15 @@ SPREAD_MODULES = ("tests/jobs/test_ray_submit.py", "tests/jobs/test_runtime_env_
 # Modules run as one unit with another, for a session fixture they share: the v0.7.0 Ray head (tests/ray_v0_7_0.py).
 RUN_WITH = {"tests/jobs/test_ray_token_auth.py": "tests/jobs/test_ray_2_55_1.py"}
 # The modules that take longest (mostly waiting on real Ray heads; pytest --durations), handed out first so that no
-# worker starts one of them near the end; every other module keeps its collection order after them.
+# worker starts one of them near the end; every other module keeps its collection order after them. The worker wait
+# leads: over a minute of one worker's time is spent waiting out its deadlines, which the others fill with work.
 SLOW_MODULES = (
+    "tests/jobs/test_wait_for_workers.py",
     "tests/jobs/test_ray_2_55_1.py",
     "tests/jobs/test_head_restart.py",
     "tests/jobs/test_ray_submit.py",
     "tests/jobs/test_runtime_env_on_ray.py",
     "tests/jobs/test_ray_token_auth.py",
-    "tests/jobs/test_wait_for_workers.py",
     "tests/preflight/test_lustre_io.py",
     "tests/preflight/test_nccl_allreduce.py",
 )
@@ -112,6 +116,18 @@ def run_infra_stack(
     return run_program(ROOT, config, secrets={f"{project}:{k}": v for k, v in secrets.items()}, stack=stack)
 
 
+@functools.cache
+def _shared_run(stack: str, overrides_json: str) -> ProgramRun:
+    return run_infra_stack(stack, json.loads(overrides_json))
+
+
+def shared_infra_run(stack: str, overrides: Mapping[str, Any] | None = None) -> ProgramRun:
+    """run_infra_stack(stack, overrides) with the default secrets, run once per test process for every module- or
+    session-scoped fixture that asks for the same (a dozen modules run the same example stacks); each caller gets a
+    copy of its own. For such fixtures only: a test may have patched the code a program runs."""
+    return copy.deepcopy(_shared_run(stack, json.dumps(dict(overrides or {}), sort_keys=True)))
+
+
 @pytest.fixture
 def run_infra() -> RunInfra:
     return run_infra_stack
@@ -120,4 +136,4 @@ def run_infra() -> RunInfra:
 @pytest.fixture(scope="module", params=INFRA_STACKS)
 def stack_run(request: pytest.FixtureRequest) -> tuple[str, ProgramRun]:
     """(stack name, its run) for every infra stack file."""
-    return request.param, run_infra_stack(request.param)
+    return request.param, shared_infra_run(request.param)

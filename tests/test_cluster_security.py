@@ -15,7 +15,7 @@ from typing import Any
 import helm_python
 import pytest
 import yaml
-from conftest import INFRA_STACKS, ROOT, run_infra_stack
+from conftest import INFRA_STACKS, ROOT, run_infra_stack, shared_infra_run
 from upstream import reference
 
 from infra import gke_rules
@@ -164,7 +164,7 @@ def test_private_nodes_floor_is_a_documented_rule():
 
 @pytest.fixture(scope="module", params=INFRA_STACKS)
 def shipped(request: pytest.FixtureRequest):
-    return request.param, run_infra_stack(request.param)
+    return request.param, shared_infra_run(request.param)
 
 
 def test_shipped_stacks_are_private_with_a_fenced_control_plane(shipped):

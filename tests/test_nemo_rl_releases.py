@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import run_infra_stack
+from conftest import shared_infra_run
 from launcher.settings import DATA_LAYOUTS
 from test_settings import expect_error, settings_with
 from upstream import reference
@@ -176,7 +176,7 @@ def test_a_ray_version_contradicting_a_known_tag_is_refused() -> None:
 
 @pytest.fixture(scope="module")
 def v070_run() -> Any:
-    return run_infra_stack("h200", {"nemoRlImage": V070_IMAGE})
+    return shared_infra_run("h200", {"nemoRlImage": V070_IMAGE})
 
 
 def test_v0_7_0_ray_cluster_and_outputs(v070_run: Any) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT, run_infra_stack
+from conftest import ROOT, shared_infra_run
 from launcher.pipeline import (
     EVAL_CONFIG,
     EVAL_ENTRYPOINT,
@@ -46,7 +46,7 @@ def infra() -> dict[str, dict[str, InfraOutputs]]:
     return {
         release: {
             stack: build_infra_outputs(
-                run_infra_stack(stack, {"nemoRlImage": f"nvcr.io/nvidia/nemo-rl:{release}"}).outputs
+                shared_infra_run(stack, {"nemoRlImage": f"nvcr.io/nvidia/nemo-rl:{release}"}).outputs
             )
             for stack in STACKS
         }

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, run_infra_stack
+from conftest import ROOT, shared_infra_run
 from launcher.job import SCRIPT_FILES
 from launcher.pipeline import (
     SCRIPTS_MOUNT,
@@ -40,7 +40,7 @@ def infra_outputs() -> dict[str, dict[str, Any]]:
     """What each infra stack file really exports (and, in INFRA_SECRET_OUTPUTS, which of it is secret)."""
     outputs = {}
     for stack in ("dev", "h200", "b200"):
-        run = run_infra_stack(stack)
+        run = shared_infra_run(stack)
         outputs[stack] = run.outputs
         INFRA_SECRET_OUTPUTS[stack] = run.secret_outputs
     return outputs

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import upstream
-from conftest import ROOT, run_infra_stack
+from conftest import ROOT, shared_infra_run
 from launcher.pipeline import entrypoint_text, pipeline_steps
 from launcher.settings import FLAT_DATA, InfraOutputs, JobSettings, build_infra_outputs, build_job_settings
 from upstream import NemoRlRefusedError, reference, resolve_with_nemo_rl
@@ -31,7 +31,7 @@ def infra() -> dict[str, dict[str, InfraOutputs]]:
     return {
         release: {
             stack: build_infra_outputs(
-                run_infra_stack(stack, {"nemoRlImage": f"nvcr.io/nvidia/nemo-rl:{release}"}).outputs
+                shared_infra_run(stack, {"nemoRlImage": f"nvcr.io/nvidia/nemo-rl:{release}"}).outputs
             )
             for stack in STACKS
         }

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import run_infra_stack
+from conftest import run_infra_stack, shared_infra_run
 from launcher.settings import ConfigError, build_infra_outputs, build_job_settings
 from test_nemo_rl_loader import entry_args, resolve, stack_values
 from upstream import NemoRlRefusedError, reference, resolve_with_nemo_rl
@@ -23,8 +23,8 @@ STACKS = ("dev", "h200", "b200")
 def outputs() -> dict[str, dict[str, dict[str, Any]]]:
     """Each infra stack file's real outputs, as it is ("v0.5.0") and with the v0.7.0 image ("v0.7.0")."""
     return {
-        "v0.5.0": {stack: run_infra_stack(stack).outputs for stack in STACKS},
-        "v0.7.0": {stack: run_infra_stack(stack, {"nemoRlImage": V070_IMAGE}).outputs for stack in STACKS},
+        "v0.5.0": {stack: shared_infra_run(stack).outputs for stack in STACKS},
+        "v0.7.0": {stack: shared_infra_run(stack, {"nemoRlImage": V070_IMAGE}).outputs for stack in STACKS},
     }
 
 

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_infra_stack
+from conftest import ROOT, shared_infra_run
 from launcher.pipeline import pipeline_steps, submit_command
 from launcher.settings import InfraOutputs, build_infra_outputs, build_job_settings
 from ray_head import HEAD_GPUS
@@ -73,7 +73,7 @@ def test_the_worker_wait_counts_gpu_nodes(v070_python: Path, v070_address: str) 
 
 @pytest.fixture(scope="module")
 def v070_h200() -> InfraOutputs:
-    return build_infra_outputs(run_infra_stack("h200", {"nemoRlImage": "nvcr.io/nvidia/nemo-rl:v0.7.0"}).outputs)
+    return build_infra_outputs(shared_infra_run("h200", {"nemoRlImage": "nvcr.io/nvidia/nemo-rl:v0.7.0"}).outputs)
 
 
 @pytest.fixture(scope="module")

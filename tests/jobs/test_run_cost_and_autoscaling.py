@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 import pytest
-from conftest import run_infra_stack
+from conftest import run_infra_stack, shared_infra_run
 from launcher.cost import run_estimate
 from launcher.pipeline import pipeline_script, pipeline_steps
 from launcher.settings import (
@@ -21,7 +21,7 @@ from launcher.settings import (
 
 @pytest.fixture(scope="module")
 def exported() -> dict[str, dict[str, Any]]:
-    return {stack: run_infra_stack(stack).outputs for stack in ("dev", "h200")}
+    return {stack: shared_infra_run(stack).outputs for stack in ("dev", "h200")}
 
 
 def job_with(infra: Any, **values: Any) -> Any:

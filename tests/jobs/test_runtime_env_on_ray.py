@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_infra_stack
+from conftest import ROOT, shared_infra_run
 from launcher.pipeline import SUBMITTER, pipeline_steps, submit_command
 from launcher.settings import InfraOutputs, build_infra_outputs, build_job_settings
 from upstream import reference
@@ -48,7 +48,7 @@ OLD_RUNTIME_ENV = {"env_vars": {"HF_HOME": "/data/hf-cache"}}
 
 @pytest.fixture(scope="module")
 def h200() -> InfraOutputs:
-    return build_infra_outputs(run_infra_stack("h200").outputs)
+    return build_infra_outputs(shared_infra_run("h200").outputs)
 
 
 @pytest.fixture(scope="module")
