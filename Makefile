@@ -47,10 +47,10 @@ typecheck: $(BIN)/.installed
 	cd jobs && ../$(BIN)/mypy --config-file ../pyproject.toml --cache-dir ../.mypy_cache __main__.py
 
 # The NeMo RL loader tests run tools/nemorl_config.py with $(NEMORL_VENV)'s Python.
-# Four workers on two cores: many tests wait on real Ray heads. --dist loadgroup as tests/conftest.py defines it: one
+# Five workers on two cores: many tests wait on real Ray heads. --dist loadgroup as tests/conftest.py defines it: one
 # test module at a time (module fixtures stay whole), but the tests of the slow modules that need only the session Ray
 # head are spread one by one. The workers share that head: the controller starts it (tests/ray_head.py).
-UNIT_WORKERS ?= 4
+UNIT_WORKERS ?= 5
 unit: $(BIN)/.installed $(NEMORL_VENV)/.installed $(RAY_V070_VENV)/.installed
 	$(BIN)/pytest -n $(UNIT_WORKERS) --dist loadgroup
 

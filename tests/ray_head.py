@@ -344,6 +344,9 @@ class RayHead:
         # Ray swaps 127.0.0.1 for the host's outward IP (and then listens on all interfaces) unless told that this is
         # a single-machine cluster; with this switch off every Ray server listens on 127.0.0.1 only.
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        # The raylet starts one idle worker per CPU for the first driver (a latency optimisation); the tests' jobs never
+        # use them (each job's supervisor gets a worker of its own runtime env), so they would only cost CPU.
+        env["RAY_prestart_worker_first_driver"] = "0"
         for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
             env.pop(name, None)
         if self.auth_token:

@@ -640,3 +640,33 @@ def test_summary_prints_the_cost(capsys: pytest.CaptureFixture[str], tmp_path: P
     for line in (tmp_path / "dev" / "cost.txt").read_text().splitlines():
         assert f"    {line}" in out
     assert "per hour idle (no run):" in out and "$" in out
+
+
+def test_checkov_reports_are_reused_only_for_the_same_manifests(tmp_path: Path):
+    """scan() keeps checkov's report per stack under a digest of what was scanned: the same files are not scanned
+    again, a changed file is, and one stack's new report does not remove another's (h200 is a prefix of
+    h200-benchmark)."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "checkov"
+    report = {"check_type": "kubernetes", "results": {"failed_checks": []}, "summary": {"passed": 3}}
+    fake.write_text(f"#!/bin/sh\necho run >> {calls}\necho '{json.dumps(report)}'\n")
+    fake.chmod(0o755)
+    manifests, cache = tmp_path / "manifests", tmp_path / "cache"
+    manifests.mkdir()
+    (manifests / "a.yaml").write_text("kind: ConfigMap\n")
+
+    def scan(stack: str) -> tuple[list[checkov_gate.Finding], int]:
+        return checkov_gate.scan(stack, manifests, checkov=fake, cache_dir=cache)
+
+    def runs() -> int:
+        return len(calls.read_text().splitlines()) if calls.exists() else 0
+
+    assert scan("h200-benchmark") == ([], 3) and runs() == 1
+    assert scan("h200") == ([], 3) and runs() == 2
+    assert scan("h200") == ([], 3) and scan("h200-benchmark") == ([], 3) and runs() == 2
+    (manifests / "a.yaml").write_text("kind: Secret\n")
+    assert scan("h200") == ([], 3) and runs() == 3
+    assert scan("h200-benchmark") == ([], 3) and runs() == 4
+    assert len(list(cache.glob("h200-*.json"))) == 2  # one report each, the older ones replaced
+    (manifests / "a.yaml").write_text("kind: ConfigMap\n")
+    assert scan("h200") == ([], 3) and runs() == 5

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +39,9 @@ SKIPS_FILE = ROOT / "checkov-skips.yaml"
 # The fewest words a skip's reason may have: a sentence that says why the finding is accepted, not a label.
 MIN_REASON_WORDS = 8
 CHECKOV = ROOT / ".venv-checkov" / "bin" / "checkov"
+CHECKOV_PINS = ROOT / "requirements-checkov.txt"
+# checkov's reports of the manifests last scanned (scan()); `make clean` removes them with the rest of build/.
+CACHE_DIR = ROOT / "build" / "checkov-reports"
 
 
 @dataclass(frozen=True)
@@ -117,10 +122,16 @@ def judge(findings: Iterable[Finding], skips: Sequence[Skip]) -> tuple[list[Find
     return unexpected, skipped, [s for s in skips if s not in used]
 
 
-def scan(stack: str, manifests_dir: Path | Sequence[Path], checkov: Path = CHECKOV) -> tuple[list[Finding], int]:
+def scan(
+    stack: str, manifests_dir: Path | Sequence[Path], checkov: Path = CHECKOV, cache_dir: Path | None = CACHE_DIR
+) -> tuple[list[Finding], int]:
     """Findings and passed checks over one folder, or several scanned as one (copied into a temporary folder:
     checkov's graph checks, such as "every pod has a NetworkPolicy", then see the Ray pods and the policies together;
-    and checkov 3.3.30, given several --directory flags, scans the first one repeatedly and skips the rest)."""
+    and checkov 3.3.30, given several --directory flags, scans the first one repeatedly and skips the rest).
+
+    checkov's report is kept in `cache_dir` under a digest of everything it depends on (the checkov pins, the
+    command, each scanned file's name and bytes): the same manifests are not scanned twice (2 CPU-s a stack). The
+    skip list is applied afterwards, on every run."""
     if not checkov.exists():
         raise FileNotFoundError(f"{checkov} missing: run `make checkov` (it creates .venv-checkov)")
     dirs = [manifests_dir] if isinstance(manifests_dir, Path) else list(manifests_dir)
@@ -130,10 +141,7 @@ def scan(stack: str, manifests_dir: Path | Sequence[Path], checkov: Path = CHECK
                 if (Path(together) / path.name).exists():
                     raise ValueError(f"{path.name} is in more than one of {dirs}")
                 shutil.copy(path, Path(together) / path.name)
-        command = [
-            str(checkov),
-            "--directory",
-            together,
+        options = [
             "--framework",
             "kubernetes",
             "--output",
@@ -143,10 +151,34 @@ def scan(stack: str, manifests_dir: Path | Sequence[Path], checkov: Path = CHECK
             "--soft-fail",  # this script decides, from the JSON, against the skip list
             "--skip-download",  # offline: no Prisma Cloud guidelines or policies
         ]
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        cached = None if cache_dir is None else cache_dir / f"{stack}-{scan_digest(Path(together), options)}.json"
+        if cached is not None and cached.is_file():
+            return parse_report(stack, cached.read_text())
+        result = subprocess.run(
+            [str(checkov), "--directory", together, *options], capture_output=True, text=True, check=False
+        )
     if result.returncode != 0 or not result.stdout.strip():
         raise RuntimeError(f"checkov failed on {dirs} (exit {result.returncode}):\n{result.stderr[-4000:]}")
-    return parse_report(stack, result.stdout)
+    findings = parse_report(stack, result.stdout)
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        for old in cached.parent.iterdir():  # only the newest report of each stack is kept
+            if re.fullmatch(rf"{re.escape(stack)}-[0-9a-f]{{32}}\.json", old.name):
+                old.unlink()
+        partial = cached.with_suffix(".tmp")
+        partial.write_text(result.stdout)
+        partial.rename(cached)
+    return findings
+
+
+def scan_digest(folder: Path, options: Sequence[str]) -> str:
+    """What a checkov report over `folder` depends on: the pinned checkov, its options, each file's name and bytes."""
+    digest = hashlib.sha256(CHECKOV_PINS.read_bytes())
+    digest.update(json.dumps(list(options)).encode())
+    for path in sorted(folder.iterdir()):
+        digest.update(json.dumps([path.name, path.stat().st_size]).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:32]
 
 
 def report(per_stack: Mapping[str, tuple[int, list[Finding]]], skips: Sequence[Skip]) -> tuple[bool, list[str]]:
