@@ -33,18 +33,19 @@ RunInfra = Callable[..., ProgramRun]
 SPREAD_MODULES = ("tests/jobs/test_ray_submit.py", "tests/jobs/test_runtime_env_on_ray.py")
 # Modules run as one unit with another, for a session fixture they share: the v0.7.0 Ray head (tests/ray_v0_7_0.py).
 RUN_WITH = {"tests/jobs/test_ray_token_auth.py": "tests/jobs/test_ray_2_55_1.py"}
-# The modules that take longest (mostly waiting on real Ray heads; pytest --durations), handed out first so that no
-# worker starts one of them near the end; every other module keeps its collection order after them. The worker wait
-# leads: over a minute of one worker's time is spent waiting out its deadlines, which the others fill with work.
+# The modules that take longest (mostly waiting on real Ray heads; pytest --durations), longest first, handed out
+# before the rest so that no worker starts one of them near the end; every other module keeps its collection order
+# after them. The worker wait leads: over a minute of one worker's time is spent waiting out its deadlines, which the
+# others fill with work. The spread modules' tests come last of these: each is short, and they fill the gaps.
 SLOW_MODULES = (
     "tests/jobs/test_wait_for_workers.py",
     "tests/jobs/test_ray_2_55_1.py",
+    "tests/jobs/test_ray_token_auth.py",
     "tests/jobs/test_head_restart.py",
+    "tests/preflight/test_nccl_allreduce.py",
+    "tests/preflight/test_lustre_io.py",
     "tests/jobs/test_ray_submit.py",
     "tests/jobs/test_runtime_env_on_ray.py",
-    "tests/jobs/test_ray_token_auth.py",
-    "tests/preflight/test_lustre_io.py",
-    "tests/preflight/test_nccl_allreduce.py",
 )
 
 

@@ -247,15 +247,21 @@ def test_script_entrypoint_exit_codes(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------------- Ray path
 
 
+def _ray_args(path: Path) -> list[str]:
+    """The Ray path on the session head: its node actors reserve no CPU, so they never wait behind the NCCL test's
+    placement group (which holds the head's 2 CPUs for a few seconds) on another worker."""
+    return [a for a in _args(path, "--node-limit-gbps", "1e-6", "--cpus-per-actor", "0") if a != "--local"]
+
+
 @pytest.mark.timeout(180)
-def test_ray_node_actor_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ray_node_actor_path(ray_gcs_address: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import ray
     import ray.cloudpickle
 
     ray.cloudpickle.register_pickle_by_value(lio)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    ray.init(address=ray_gcs_address, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
-        args = [a for a in _args(tmp_path / "p", "--node-limit-gbps", "1e-6") if a != "--local"]
+        args = _ray_args(tmp_path / "p")
         status = lio.main([*args, "--all-nodes", "--expect-fstype", ""])
         text = capsys.readouterr().out
         assert status == 0, text
@@ -488,7 +494,7 @@ def test_removal_reports_files_left_when_no_task_manages_it(monkeypatch: pytest.
 
 @pytest.mark.timeout(180)
 def test_ray_path_removes_the_files_of_a_hung_phase_without_waiting_on_its_actor(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ray_gcs_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import ray
     import ray.cloudpickle
@@ -502,9 +508,9 @@ def test_ray_path_removes_the_files_of_a_hung_phase_without_waiting_on_its_actor
 
     monkeypatch.setattr(lio, "write_node", hanging_write)
     ray.cloudpickle.register_pickle_by_value(lio)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    ray.init(address=ray_gcs_address, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
-        args = [a for a in _args(tmp_path / "p", "--node-limit-gbps", "1e-6") if a != "--local"]
+        args = _ray_args(tmp_path / "p")
         began = time.monotonic()
         # 15 s: on a loaded machine a Ray worker can take seconds to start, and the phase must time out after the
         # actor began writing (before, there is nothing to remove and nothing to check).

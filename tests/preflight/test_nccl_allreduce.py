@@ -312,12 +312,13 @@ def test_one_rank_is_refused_before_starting() -> None:
 
 
 @pytest.mark.timeout(180)
-def test_ray_placement_group_and_actors_over_gloo(capsys: pytest.CaptureFixture[str]) -> None:
+def test_ray_placement_group_and_actors_over_gloo(ray_gcs_address: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """On the session head (2 logical GPUs, 2 CPUs): its whole capacity in one bundle, for a few seconds."""
     import ray
     import ray.cloudpickle
 
     ray.cloudpickle.register_pickle_by_value(na)  # the workers cannot import the module by name
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    ray.init(address=ray_gcs_address, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
         status = na.main(["--backend", "gloo", "--nodes", "1", "--gpus-per-node", "2", *SMALL, "--min-busbw-gbps", "0"])
         out = capsys.readouterr().out
