@@ -1,10 +1,10 @@
 """A real Ray head for the tests, on 127.0.0.1 only, started once per run and stopped by process id.
 
 Loaded as a pytest plugin (tests/conftest.py), so every test module shares the one head: the job submitter's tests,
-the worker-wait tests and the preflight checks' Ray paths. Under pytest-xdist (`make unit`) the controller starts it, in the background while the
-workers start, and all workers share it (a head start costs about 9 CPU-seconds, and `make unit` is CPU-bound on two
-cores); without xdist the session starts its own. The head declares 2 logical GPUs (Ray counts them; no device is
-touched), so tests can ask "are there GPU workers" of a real cluster.
+the worker-wait tests and the preflight checks' Ray paths. Under pytest-xdist (`make unit`) the controller starts it,
+in the background while the workers start, and all workers share it (a head start costs about 9 CPU-seconds, and
+`make unit` is CPU-bound on two cores); without xdist the session starts its own. The head declares 2 logical GPUs
+(Ray counts them; no device is touched), so tests can ask "are there GPU workers" of a real cluster.
 """
 
 from __future__ import annotations
