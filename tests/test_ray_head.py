@@ -1,4 +1,4 @@
-"""The test Ray heads of the pytest-xdist workers (`make unit` runs four) and the head their controller starts for
+"""The test Ray heads of the pytest-xdist workers (`make unit` runs five) and the head their controller starts for
 them all hand out worker ports from ranges that never overlap, so two raylets cannot give the same port to two
 drivers at once."""
 
@@ -11,7 +11,7 @@ import pytest
 from ray_head import SHARED_HEAD_ENV, WORKER_PORTS, worker_port_range
 
 
-@pytest.mark.parametrize("count", [2, 3, 4])
+@pytest.mark.parametrize("count", [2, 3, 4, 5])
 def test_xdist_workers_get_disjoint_worker_port_ranges(monkeypatch: pytest.MonkeyPatch, count: int):
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", str(count))
     # The workers' own heads and the head the controller starts for them all (worker id None).

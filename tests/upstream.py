@@ -26,7 +26,8 @@ HOW_TO_GET = (
 )
 
 
-def _missing(reason: str) -> None:
+def unavailable(reason: str) -> None:
+    """Skip the test for this reason, or fail it under CI (CI=true), where nothing it needs may be missing."""
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{reason} (CI must run these tests, not skip them)")
     pytest.skip(reason)
@@ -36,14 +37,14 @@ def reference(name: str) -> Path:
     """../shared/reference/<name>, or skip (fail under CI) when it is not there."""
     path = REFERENCE / name
     if not (path / "SOURCE").is_file():
-        _missing(f"no upstream reference {name} at {path}: {HOW_TO_GET}")
+        unavailable(f"no upstream reference {name} at {path}: {HOW_TO_GET}")
     return path
 
 
 def nemo_rl_python() -> Path:
     """The Python of .venv-nemorl, or skip (fail under CI) when it was not created."""
     if not NEMORL_PYTHON.is_file():
-        _missing(f"no {NEMORL_PYTHON.parent.parent.name}: create it with `make .venv-nemorl/.installed`")
+        unavailable(f"no {NEMORL_PYTHON.parent.parent.name}: create it with `make .venv-nemorl/.installed`")
     return NEMORL_PYTHON
 
 
