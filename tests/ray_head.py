@@ -32,17 +32,60 @@ HEAD_GPUS = 2
 # workers, each with heads of its own besides the shared one, and two raylets handing out the same port at once make a
 # driver fail to bind.
 WORKER_PORTS = (10002, 19999)
+# Ray Client's proxier gives each client connection a server of its own on a port from this range, in every head
+# (ray/util/client/server/proxier.py MIN_/MAX_SPECIFIC_SERVER_PORT).
+RAY_CLIENT_SERVER_PORTS = (23000, 24000)
+# The test heads' own ports (GCS, dashboard, agents, ...) and closed_port() come from the longest run of ports from here
+# up that nothing else draws: not the kernel's ephemeral range, which every outgoing connection and every bind to port 0
+# takes its local port from (a port chosen there can be taken before Ray binds it), nor Ray's ranges above.
+HEAD_PORTS_FROM = 20000
+# Linux's default, for a system that does not say (/proc/sys/net/ipv4/ip_local_port_range).
+DEFAULT_EPHEMERAL_PORTS = (32768, 60999)
+# The niceness of a test head's processes (lower runs first; see RayHead._command).
+HEAD_NICENESS = -5
+# A first start that finds a port taken, or misses Ray's start-up window, is started again on fresh ports this often.
+START_ATTEMPTS = 3
 # What `ray start` says when a process it waits for missed Ray's fixed window: the raylet registering with the GCS
 # (30 s, ray/_private/node.py) or the dashboard publishing its address (200 polls 0.1 s apart,
 # ray/_private/services.py start_api_server).
 STARTED_TOO_LATE = ("timed out during startup", "Failed to start the dashboard")
+# What Ray's processes say when a port they were given is in use (services.py's dashboard check, the agents' HTTP
+# server, EADDRINUSE from Python or gRPC).
+PORT_TAKEN = ("already occupied", "Failed to bind", "Address already in use", "address already in use")
 
 
-def worker_port_range(worker_id: str | None, count: int | None = None) -> tuple[int, int]:
-    """This pytest-xdist worker's share of WORKER_PORTS (PYTEST_XDIST_WORKER `gwN`; `count` workers, by default
+def ephemeral_ports(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> tuple[int, int]:
+    """The kernel's ephemeral port range, as `low high`."""
+    try:
+        low, high = (int(field) for field in path.read_text().split())
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL_PORTS
+    return low, high
+
+
+def head_ports(ephemeral: tuple[int, int] | None = None) -> tuple[int, int]:
+    """The longest run of ports from HEAD_PORTS_FROM to 65535 outside the ephemeral range and Ray's own ranges."""
+    ephemeral = ephemeral or ephemeral_ports()
+    taken = sorted([ephemeral, RAY_CLIENT_SERVER_PORTS, WORKER_PORTS])
+    best, start = (0, -1), HEAD_PORTS_FROM
+    for low, high in [*taken, (65536, 65536)]:
+        if low - 1 - start > best[1] - best[0]:
+            best = (start, low - 1)
+        start = max(start, high + 1)
+    if best[1] - best[0] < 1000:
+        raise RuntimeError(
+            f"no room for the test Ray heads' ports: the ephemeral range {ephemeral[0]}-{ephemeral[1]} leaves under "
+            f"1000 ports from {HEAD_PORTS_FROM} to 65535 outside it and Ray's ranges; narrow "
+            "net.ipv4.ip_local_port_range"
+        )
+    return best
+
+
+def _share(span: tuple[int, int], worker_id: str | None, count: int | None) -> tuple[int, int]:
+    """This pytest-xdist worker's share of `span` (PYTEST_XDIST_WORKER `gwN`; `count` workers, by default
     PYTEST_XDIST_WORKER_COUNT), or, for worker_id None in a run with workers, the share of the head the controller
-    starts for them all: no two shares overlap. Without xdist, the whole range."""
-    low, high = WORKER_PORTS
+    starts for them all: no two shares overlap. Without xdist, the whole span."""
+    low, high = span
     if count is None:
         count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if count < 2:
@@ -50,6 +93,16 @@ def worker_port_range(worker_id: str | None, count: int | None = None) -> tuple[
     index = count if worker_id is None else int(worker_id.removeprefix("gw")) % count
     size = (high - low + 1) // (count + 1)
     return low + index * size, low + (index + 1) * size - 1
+
+
+def worker_port_range(worker_id: str | None, count: int | None = None) -> tuple[int, int]:
+    """The share of WORKER_PORTS that this process's heads give their Ray workers."""
+    return _share(WORKER_PORTS, worker_id, count)
+
+
+def head_port_range(worker_id: str | None, count: int | None = None) -> tuple[int, int]:
+    """The share of head_ports() that this process's heads and closed_port() take their ports from."""
+    return _share(head_ports(), worker_id, count)
 
 
 def _api_answers(address: str, auth_token: str | None = None) -> bool:
@@ -63,22 +116,53 @@ def _api_answers(address: str, auth_token: str | None = None) -> bool:
         return False
 
 
-def free_ports(count: int) -> list[int]:
-    """Distinct free TCP ports on 127.0.0.1 (all held open until all are chosen, so none repeats)."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+def port_is_free(port: int) -> bool:
+    """Nothing is bound to 127.0.0.1:`port` (or to every address on it), not even a closing connection in TIME_WAIT."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class PortPool:
+    """Hands out ports of this process's share of head_ports(), in turn, each checked free when handed out; none twice
+    until the whole share has been handed out."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._span: tuple[int, int] | None = None
+        self._next = 0
+
+    def configure(self, worker_id: str | None, count: int | None = None) -> None:
+        """The share of this process: the xdist controller takes its own (worker_id None) before starting a head."""
+        with self._lock:
+            self._span = head_port_range(worker_id, count)
+            self._next = self._span[0]
+
+    def take(self, count: int) -> list[int]:
+        if self._span is None:
+            self.configure(os.environ.get("PYTEST_XDIST_WORKER"))
+        assert self._span is not None
+        low, high = self._span
+        chosen: list[int] = []
+        with self._lock:
+            for _ in range(high - low + 1):
+                port, self._next = self._next, self._next + 1 if self._next < high else low
+                if port_is_free(port):
+                    chosen.append(port)
+                    if len(chosen) == count:
+                        return chosen
+        raise RuntimeError(f"fewer than {count} free ports left in {low}-{high} (this test process's share)")
+
+
+PORTS = PortPool()
 
 
 def closed_port() -> int:
-    return free_ports(1)[0]
+    """A port nothing listens on, nor will: outside the ephemeral range, and never handed out twice."""
+    return PORTS.take(1)[0]
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.5) -> None:
@@ -213,16 +297,16 @@ def ray_address() -> Iterator[str]:
 def _wait_for_shared_head(shared: dict[str, str]) -> str:
     ready = Path(shared["ready"])
     wait_for(ready.exists, SHARED_HEAD_START_S, "the shared Ray head (started by the xdist controller)")
-    problem = ready.read_text()
-    assert not problem, f"the shared Ray head did not start: {problem}"
-    _CLIENT_ADDRESS[shared["address"]] = shared["client"]
-    _GCS_ADDRESS[shared["address"]] = shared["gcs"]
-    return shared["address"]
+    head = json.loads(ready.read_text())
+    assert not head["problem"], f"the shared Ray head did not start: {head['problem']}"
+    _CLIENT_ADDRESS[head["address"]] = head["client"]
+    _GCS_ADDRESS[head["address"]] = head["gcs"]
+    return str(head["address"])
 
 
 class SharedHead:
-    """The head the xdist controller starts for all its workers: addresses are known at once (ports are chosen up
-    front), the start runs in a thread, and a file says when it is done: empty when the head is up, else why not."""
+    """The head the xdist controller starts for all its workers: the start runs in a thread, and a file says when it
+    is done: the head's addresses (known only then: a start may move to fresh ports), or why it did not start."""
 
     def __init__(self, workers: int) -> None:
         self.head = RayHead(RAY_BIN, worker_ports=worker_port_range(None, workers))
@@ -235,20 +319,22 @@ class SharedHead:
             problem = ""
         except BaseException as exc:  # the workers' fixtures fail with this text
             problem = f"{type(exc).__name__}: {exc}"
+        head = self.head
         partial = self.ready.with_suffix(".tmp")
-        partial.write_text(problem)
+        partial.write_text(
+            json.dumps(
+                {
+                    "problem": problem,
+                    "address": head.address,
+                    "client": f"ray://127.0.0.1:{head.client_server}",
+                    "gcs": head.gcs_address,
+                }
+            )
+        )
         partial.rename(self.ready)
 
     def environ(self) -> str:
-        head = self.head
-        return json.dumps(
-            {
-                "address": head.address,
-                "client": f"ray://127.0.0.1:{head.client_server}",
-                "gcs": head.gcs_address,
-                "ready": str(self.ready),
-            }
-        )
+        return json.dumps({"ready": str(self.ready)})
 
     def close(self) -> None:
         self.thread.join(timeout=SHARED_HEAD_START_S)
@@ -259,10 +345,12 @@ _SHARED: list[SharedHead] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """On the controller of an xdist run: start the workers' shared head (they inherit the environment)."""
+    """On the controller of an xdist run: start the workers' shared head (they inherit the environment), on ports of
+    the controller's own share."""
     workers = getattr(config.option, "numprocesses", None)  # an int by now (xdist resolves "auto" before this)
     if hasattr(config, "workerinput") or not isinstance(workers, int) or workers < 1 or config.option.collectonly:
         return
+    PORTS.configure(None, workers)
     shared = SharedHead(workers)
     os.environ[SHARED_HEAD_ENV] = shared.environ()
     _SHARED.append(shared)
@@ -289,9 +377,9 @@ def ray_head(ray_bin: Path, auth_token: str | None = None) -> Iterator[str]:
 
 
 class RayHead:
-    """A head on fixed loopback ports and temp dir, so that it can be stopped and started again at the same address:
-    what a head pod restarted without GCS fault tolerance looks like to its clients (same Service address, new
-    session, empty job table)."""
+    """A head on loopback ports and a temp dir of its own. Once up it keeps its ports, so that it can be stopped and
+    started again at the same address: what a head pod restarted without GCS fault tolerance looks like to its clients
+    (same Service address, new session, empty job table)."""
 
     def __init__(
         self, ray_bin: Path, auth_token: str | None = None, worker_ports: tuple[int, int] | None = None
@@ -300,6 +388,10 @@ class RayHead:
         self.auth_token = auth_token
         self.worker_ports = worker_ports or worker_port_range(os.environ.get("PYTEST_XDIST_WORKER"))
         self.temp_dir = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
+        self.has_started = False
+        self._take_ports()
+
+    def _take_ports(self) -> None:
         (
             self.gcs,
             self.dashboard,
@@ -310,13 +402,31 @@ class RayHead:
             self.node_manager,
             self.object_manager,
             self.runtime_env_agent,
-        ) = free_ports(9)
+        ) = PORTS.take(9)
         self.gcs_address = f"127.0.0.1:{self.gcs}"
         self.address = f"http://127.0.0.1:{self.dashboard}"
 
-    def start(self) -> None:
+    def ports(self) -> list[int]:
+        return [
+            self.gcs,
+            self.dashboard,
+            self.client_server,
+            self.agent_listen,
+            self.agent_grpc,
+            self.metrics,
+            self.node_manager,
+            self.object_manager,
+            self.runtime_env_agent,
+        ]
+
+    def _command(self) -> list[str]:
         min_worker_port, max_worker_port = self.worker_ports
-        cmd = [
+        return [
+            # Every process of the head at a higher priority than the test processes, where allowed (GNU nice runs
+            # the command anyway, with a warning, where it is not): Ray gives its raylet and dashboard fixed windows
+            # to come up, which `make test`'s busy two cores can make them miss.
+            "nice",
+            f"-n{HEAD_NICENESS}",
             str(self.ray_bin),
             "start",
             "--head",
@@ -339,6 +449,8 @@ class RayHead:
             "--disable-usage-stats",
             f"--temp-dir={self.temp_dir}",
         ]
+
+    def _environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         env["RAY_USAGE_STATS_ENABLED"] = "0"
         # Ray swaps 127.0.0.1 for the host's outward IP (and then listens on all interfaces) unless told that this is
@@ -351,14 +463,59 @@ class RayHead:
             env.pop(name, None)
         if self.auth_token:
             env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.auth_token)
-        started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
-        if started.returncode != 0 and any(late in started.stdout + started.stderr for late in STARTED_TOO_LATE):
-            # On two loaded cores (several heads starting at once) a fixed window can pass. The head is then half up:
-            # clear it away and start once more.
+        return env
+
+    def _say(self, message: str) -> None:
+        print(f"tests/ray_head.py: head {self.temp_dir}: {message}", file=sys.stderr, flush=True)
+
+    def ensure_ports_free(self) -> None:
+        """Before a first start: any port taken since it was chosen is replaced, with all the others."""
+        taken = [port for port in self.ports() if not port_is_free(port)]
+        if taken:
+            self._take_ports()
+            self._say(f"port(s) {taken} taken since they were chosen; starting on fresh ports {self.ports()}")
+
+    def _start_failure(self, started: subprocess.CompletedProcess[str]) -> str | None:
+        """Why `ray start` failed, where starting again may help: a port taken between the check and Ray's bind (by
+        what Ray said, or by a port still held once our processes are gone), or Ray's start-up window missed on loaded
+        cores. None for any other failure."""
+        output = started.stdout + started.stderr
+        if any(words in output for words in PORT_TAKEN):
+            return "a port was taken"
+        if any(late in output for late in STARTED_TOO_LATE):
+            return "a process missed Ray's start-up window"
+        if not all(port_is_free(port) for port in self.ports()):
+            return "a port is still in use"
+        return None
+
+    def start(self) -> None:
+        """Start the head and wait for its Jobs API. A first start (nobody knows the address yet) that fails for a
+        reason in _start_failure is cleared away and started again on fresh ports, up to START_ATTEMPTS in all,
+        each saying so on stderr; a restart keeps its ports and tries once more only after a missed window."""
+        first = not self.has_started
+        attempts = START_ATTEMPTS if first else 2
+        env = self._environment()
+        for attempt in range(1, attempts + 1):
+            if first:
+                self.ensure_ports_free()
+            started = subprocess.run(self._command(), env=env, capture_output=True, text=True, timeout=180, check=False)
+            if started.returncode == 0:
+                break
+            # A failed start may leave the head half up: clear it away before anything else.
             _kill_all(_ray_processes(self.temp_dir, self.gcs_address))
-            started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
-        assert started.returncode == 0, f"ray start failed:\n{started.stdout}\n{started.stderr}"
+            reason = self._start_failure(started)
+            retry = reason is not None and attempt < attempts and (first or "window" in reason)
+            assert retry, (
+                f"ray start failed ({reason or 'not for a port or a window'}):\n{started.stdout}\n{started.stderr}"
+            )
+            if first:
+                self._take_ports()
+            self._say(
+                f"ray start failed ({reason}); starting again (attempt {attempt + 1} of {attempts}) "
+                f"on ports {self.ports()}"
+            )
         wait_for(lambda: _api_answers(self.address, self.auth_token), 90, "the Ray Jobs API")
+        self.has_started = True
         _CLIENT_ADDRESS[self.address] = f"ray://127.0.0.1:{self.client_server}"
         _GCS_ADDRESS[self.address] = self.gcs_address
         assert not _wide_listeners(_ray_processes(self.temp_dir, self.gcs_address)), "Ray must listen on 127.0.0.1 only"

@@ -78,6 +78,9 @@ READ_MODES = ("auto", "cross-node", "direct", "buffered")
 # How long the removal of a run's files may take under Ray, s. Removing a few dozen files is quick; a removal that
 # takes longer is stuck on the same fault as the phase before it, and is reported as files left behind.
 CLEANUP_TIMEOUT_S = 120.0
+# How long the node actors may take to start and report their file system, s, at least: not an I/O phase, and a worker
+# process on a busy node can take many seconds to start, which a short --timeout-s should not count against the writes.
+ACTOR_START_TIMEOUT_S = 300.0
 
 
 class PreflightError(RuntimeError):
@@ -490,8 +493,12 @@ def run_ray(nodes: int | None, all_nodes: bool, requested_mode: str, cfg: dict[s
         node_ids = [node["NodeID"] for node in chosen]
         return remove_with_fresh_tasks(ray, ray.remote(remove_run_dir), node_ids, run_dir, CLEANUP_TIMEOUT_S)
 
+    start_timeout = max(timeout, ACTOR_START_TIMEOUT_S)
     try:
-        infos = ray.get([a.info.remote(cfg["path"]) for a in actors], timeout=timeout)
+        try:
+            infos = ray.get([a.info.remote(cfg["path"]) for a in actors], timeout=start_timeout)
+        except ray.exceptions.GetTimeoutError as exc:
+            raise PreflightError(f"the node actors did not start within {start_timeout} s") from exc
         return run_phases(
             n,
             infos,

@@ -310,20 +310,33 @@ def local_net_info(sys_root: str = "/sys") -> dict[str, Any]:
     }
 
 
-def free_port(host: str = "") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+def rendezvous_store(world_size: int, timeout_s: float) -> Any:
+    """The rendezvous's key-value server (torch's TCPStore), on a port the kernel picks as it binds, held until the
+    group has formed: a port chosen free and bound later can be taken by any other bind or connection meanwhile."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    return dist.TCPStore(
+        "0.0.0.0", 0, world_size, is_master=True, timeout=timedelta(seconds=timeout_s), wait_for_workers=False
+    )
 
 
 # ----------------------------------------------------------------------------------------- the measurement
 
 
 def run_collective(
-    rank: int, world_size: int, master_addr: str, master_port: int, device_index: int | None, cfg: dict[str, Any]
+    rank: int,
+    world_size: int,
+    master_addr: str,
+    master_port: int,
+    device_index: int | None,
+    cfg: dict[str, Any],
+    store: Any = None,
 ) -> dict[str, Any]:
     """One rank of the measurement: check all_reduce's result, then time it at every size. Same code for every
-    launcher (Ray actor, local process) and backend (nccl on GPUs, gloo on CPU)."""
+    launcher (Ray actor, local process) and backend (nccl on GPUs, gloo on CPU). The rank that holds the rendezvous
+    store's server passes it as `store`; the others connect to it at master_addr:master_port."""
     from datetime import timedelta
 
     import torch
@@ -350,9 +363,13 @@ def run_collective(
         device = torch.device("cpu")
         device_name = "cpu"
 
+    if store is None:
+        store = dist.TCPStore(
+            master_addr, master_port, world_size, is_master=False, timeout=timedelta(seconds=cfg["timeout_s"])
+        )
     dist.init_process_group(
         backend,
-        init_method=f"tcp://{master_addr}:{master_port}",
+        store=store,
         rank=rank,
         world_size=world_size,
         timeout=timedelta(seconds=cfg["timeout_s"]),
@@ -451,7 +468,9 @@ def _local_entry(rank: int, world_size: int, port: int, cfg: dict[str, Any], out
 def run_local(world_size: int, cfg: dict[str, Any]) -> list[dict[str, Any]]:
     import torch.multiprocessing as mp
 
-    port = free_port("127.0.0.1")
+    # This process holds the store's server; every rank connects to it.
+    store = rendezvous_store(world_size, cfg["timeout_s"])
+    port = int(store.port)
     with tempfile.TemporaryDirectory(prefix="nccl-preflight-") as out_dir:
         try:
             mp.start_processes(
@@ -475,11 +494,14 @@ class NcclActor:
 
     def __init__(self, slot: dict[str, int]) -> None:
         self.slot = slot
+        self.store: Any = None
 
-    def rendezvous(self) -> tuple[str, int]:
+    def rendezvous(self, world_size: int, timeout_s: float) -> tuple[str, int]:
+        """On rank 0: start the rendezvous store's server here, and say where the other ranks find it."""
         import ray
 
-        return ray.util.get_node_ip_address(), free_port("")
+        self.store = rendezvous_store(world_size, timeout_s)
+        return ray.util.get_node_ip_address(), int(self.store.port)
 
     def run(self, world_size: int, master_addr: str, master_port: int, cfg: dict[str, Any]) -> dict[str, Any]:
         device_index: int | None = None
@@ -489,7 +511,10 @@ class NcclActor:
 
             # Ray narrows CUDA_VISIBLE_DEVICES to the actor's GPU unless the cluster turned that off.
             device_index = 0 if torch.cuda.device_count() == 1 else int(ray.get_gpu_ids()[0])
-        result = run_collective(self.slot["global_rank"], world_size, master_addr, master_port, device_index, cfg)
+        result = run_collective(
+            self.slot["global_rank"], world_size, master_addr, master_port, device_index, cfg, self.store
+        )
+        self.store = None
         result.update(self.slot)
         return result
 
@@ -533,7 +558,7 @@ def run_ray(nodes: int | None, gpus_per_node: int | None, cfg: dict[str, Any]) -
                     ),
                 ).remote(asdict(slot))
             )
-        addr, port = ray.get(actors[0].rendezvous.remote(), timeout=cfg["timeout_s"])
+        addr, port = ray.get(actors[0].rendezvous.remote(plan.world_size, cfg["timeout_s"]), timeout=cfg["timeout_s"])
         print(f"rendezvous on rank 0 at {addr}:{port}, world size {plan.world_size}", flush=True)
         refs = [actor.run.remote(plan.world_size, addr, port, cfg) for actor in actors]
         try:

@@ -262,18 +262,29 @@ def test_a_record_deleted_while_the_head_stays_up_ends_the_run(ray_address: str,
     assert not (tmp_path / "r.json").exists()
 
 
-def test_a_new_submitter_finds_an_attempt_past_a_gap(ray_address: str) -> None:
+def test_a_new_submitter_finds_an_attempt_past_a_gap(ray_address: str, tmp_path: Path) -> None:
     """After a head restart the new head may know ID-r1 and not ID: a new submitter attaches to ID-r1 instead of
     submitting ID beside it."""
     sid = f"t-gap-{uuid.uuid4().hex[:8]}"
-    words = ["sh", "-c", "sleep 2; echo gap-$((3*3))"]
+    # The job runs until the submitter has attached (however long a loaded machine takes to start it).
+    attached = tmp_path / "attached"
+    words = ["sh", "-c", f"until [ -e {attached} ]; do sleep 0.2; done; echo gap-$((3*3))"]
     _client(ray_address).submit_job(entrypoint=shlex.join(words), submission_id=f"{sid}-r1")
-    result = _run(_args(ray_address, sid, words, "--max-retries=2"))
-    assert result.returncode == errors.EXIT_SUCCEEDED, result.stdout + result.stderr
-    assert f"{sid}-r1 is the latest attempt of {sid}" in result.stdout
-    assert "submitting job" not in result.stdout
+    submitter = _start(_args(ray_address, sid, words, "--max-retries=2"))
+    assert submitter.stdout is not None
+    seen = []
+    for line in submitter.stdout:
+        seen.append(line)
+        if "streaming the logs" in line:
+            break
+    attached.touch()
+    rest, _ = submitter.communicate(timeout=120)
+    out = "".join(seen) + rest
+    assert submitter.returncode == errors.EXIT_SUCCEEDED, out
+    assert f"{sid}-r1 is the latest attempt of {sid}" in out
+    assert "submitting job" not in out
     # Whole lines: the id itself (t-gap-<hex>) contains "gap-9" whenever its hex starts with a 9.
-    assert result.stdout.splitlines().count("gap-9") == 1, result.stdout
+    assert out.splitlines().count("gap-9") == 1, out
     assert _status(ray_address, sid) is None
 
 
