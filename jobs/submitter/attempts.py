@@ -32,7 +32,7 @@ from submitter.head_restart import HeadIdentity, HeadRestartedError
 from submitter.log_follower import watch
 from submitter.output import Output, describe_runtime_env, short, short_text
 from submitter.ray_api import Outage, connect, is_duplicate, is_transient, lookup
-from submitter.records import check_record, read_record, record_success
+from submitter.records import check_record, check_writable, read_record, record_success
 
 if TYPE_CHECKING:
     from ray.job_submission import JobDetails, JobSubmissionClient
@@ -220,6 +220,8 @@ def run(
     entrypoint = shlex.join(entrypoint_words)
     # The record comes first: it outlives the head's job table (and a head that is down), and it is the only
     # trace of a step that succeeded on a head which has restarted since.
+    if args.record:
+        check_writable(args.record)
     record = read_record(args.record) if args.record else None
     if record is not None:
         check_record(record, args.record, sid, entrypoint)

@@ -69,3 +69,10 @@ class RecordError(EndedError):
 
     exit_code = EXIT_USAGE
     final = ": not run (unreadable step record)"
+
+
+class UnwritableRecordsError(EndedError):
+    """The step records' directory cannot be written: no step runs without its record (records.py)."""
+
+    exit_code = EXIT_USAGE
+    final = ": not run (its step record cannot be written)"

@@ -5,7 +5,8 @@ the exact command. A recorded success with the same id and command is reported (
 a head that no longer knows the job, or one that does not answer; another command or id is refused (exit 2), as an
 id conflict in Ray's table is; an unreadable record also exits 2 (remove it to run the step again). It is written
 when the job ends SUCCEEDED (also one found SUCCEEDED in Ray's table), atomically: a temporary file in the same
-directory, flushed, then renamed over the record.
+directory, flushed, then renamed over the record. Records are required: before anything else the submitter checks
+that it can write in the record's directory, and refuses (exit 2, naming the directory and the fix) when it cannot.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tempfile
 import time
 from typing import Any
 
-from submitter.errors import ConflictError, RecordError
+from submitter.errors import ConflictError, RecordError, UnwritableRecordsError
 from submitter.output import Output, short, short_text
 
 RECORD_FIELDS = ("submission_id", "job", "status", "command")
@@ -45,6 +46,24 @@ def read_record(path: str) -> dict[str, Any] | None:
     if record["status"] != "SUCCEEDED":
         raise RecordError(f"the step record {path} says {record['status']}; only SUCCEEDED is ever recorded")
     return record
+
+
+def check_writable(path: str) -> None:
+    """Refuse before anything runs when the record's directory cannot be written (UnwritableRecordsError, exit 2):
+    a step whose success cannot be recorded would run again after the next head restart, and so would every step
+    after it. A probe file is created and removed there."""
+    directory = os.path.dirname(path) or "."
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-check.", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UnwritableRecordsError(
+            f"cannot write the step records in {directory} ({short(exc)}). They are what keeps a finished step from "
+            "running again after a Ray head restart, so no step runs without them. Make the directory writable by "
+            "the submitter pod (the Lustre volume mounted read-write, the directory's owner and mode), then run again"
+        ) from None
 
 
 def check_record(record: dict[str, Any], path: str, submission_id: str, entrypoint: str) -> None:

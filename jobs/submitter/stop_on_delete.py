@@ -18,14 +18,24 @@ import os
 import signal
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from submitter.attempts import Current
 from submitter.errors import EXIT_SIGINT, EXIT_SIGTERM
 from submitter.output import Output, short
-from submitter.ray_api import lookup, make_client
+from submitter.ray_auth import auth_headers
 
+# Stopping a deleted run's job: each request's own limit (a head that accepts connections and never answers must not
+# hold the pod past its grace period), the pause between two polls, and when a stop request is sent again to a job
+# that still runs (the first may have reached a head that restarted).
+STOP_REQUEST_TIMEOUT_S = 5.0
+STOP_POLL_S = 0.5
+STOP_AGAIN_S = 5.0
+# Ray's final job statuses (ray.job_submission.JobStatus.is_terminal).
+ENDED = ("STOPPED", "SUCCEEDED", "FAILED")
 # In-cluster Kubernetes API access: the pod's projected service account token and the cluster's CA.
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 K8S_TIMEOUT_S = 5.0
@@ -87,29 +97,55 @@ class K8sRun:
         return True, f"Job {self.job} and the run marker {self.marker} are being deleted: the run is being destroyed"
 
 
-def stop_and_wait(address: str, attempt: str, timeout_s: float, out: Output) -> bool:
-    """Stop the job and wait until Ray reports a final status; True when it has one within the timeout."""
-    deadline = time.monotonic() + timeout_s
-    asked = False
+def _jobs_api(address: str, method: str, path: str, timeout_s: float) -> dict[str, Any] | None:
+    """One request to the Jobs API with its own time limit (connect and answer); None for 404 (no such job)."""
+    request = urllib.request.Request(f"{address}{path}", method=method, headers=auth_headers())
     try:
-        client = make_client(address)
-        while time.monotonic() < deadline:
-            info = lookup(client, attempt)
-            if info is None:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+            return dict(json.loads(resp.read().decode("utf-8", "replace") or "{}"))
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+def stop_and_wait(
+    address: str, attempt: str, timeout_s: float, out: Output, clock: Callable[[], float] = time.monotonic
+) -> bool:
+    """Stop the job and wait until Ray reports it ended, within ``timeout_s``: every request has its own short limit,
+    and a failed one (the head restarting, an API that does not answer) is tried again until the deadline. True only
+    when Ray said the job ended (or does not exist); otherwise it says so, with the command that stops it by hand."""
+    deadline = clock() + timeout_s
+    problem = ""
+    asked_at: float | None = None
+    job_path = f"/api/jobs/{urllib.parse.quote(attempt, safe='')}"
+    while (left := deadline - clock()) > 0:
+        try:
+            info = _jobs_api(address, "GET", job_path, min(STOP_REQUEST_TIMEOUT_S, left))
+            if info is None or info.get("submission_id", attempt) != attempt:  # not ours: a driver job id
                 out.say(f"job {attempt} does not exist; nothing to stop")
                 return True
-            if info.status.is_terminal():
-                out.say(f"job {attempt} is {info.status}")
+            status = str(info.get("status"))
+            if status in ENDED:
+                out.say(f"job {attempt} is {status}")
                 return True
-            if not asked:
-                client.stop_job(attempt)
-                out.say(f"asked Ray to stop job {attempt}; waiting up to {timeout_s:g} s for STOPPED")
-                asked = True
-            time.sleep(0.5)
-    except Exception as exc:
-        out.say(f"could not stop job {attempt} ({short(exc)}); stop it with `ray job stop {attempt}`")
-        return False
-    out.say(f"job {attempt} did not stop within {timeout_s:g} s; check it with `ray job status {attempt}`")
+            if asked_at is None or clock() - asked_at >= STOP_AGAIN_S:
+                _jobs_api(
+                    address, "POST", f"{job_path}/stop", min(STOP_REQUEST_TIMEOUT_S, max(deadline - clock(), 0.1))
+                )
+                if asked_at is None:
+                    out.say(f"asked Ray to stop job {attempt}; waiting up to {timeout_s:g} s for STOPPED")
+                asked_at = clock()
+        except Exception as exc:
+            if short(exc) != problem:
+                problem = short(exc)
+                out.say(f"stopping job {attempt}: {problem}; trying again until {timeout_s:g} s have passed")
+        time.sleep(max(min(STOP_POLL_S, deadline - clock()), 0))
+    why = f"the last request failed: {problem}" if problem else "Ray still reports it running"
+    out.say(
+        f"could NOT stop job {attempt} within {timeout_s:g} s ({why}); it may still be running: stop it by hand "
+        f"with `ray job stop --address {address} {attempt}` (or the job stack's rayJobCommands)"
+    )
     return False
 
 
@@ -127,8 +163,10 @@ def install_signal_handlers(
                 deleted, why = k8s.run_deleted()
                 out.say(f"received {name}; {why}")
                 if deleted:
-                    stop_and_wait(address, current.id, stop_timeout_s, out)
-                    out.say(f"exiting after stopping Ray job {current.id}")
+                    if stop_and_wait(address, current.id, stop_timeout_s, out):
+                        out.say(f"exiting after stopping Ray job {current.id}")
+                    else:
+                        out.say(f"exiting; Ray job {current.id} was NOT stopped (see above)")
                     os._exit(EXIT_SIGTERM)
             out.say(
                 f"received {name}; exiting WITHOUT stopping Ray job {current.id} (run again with the same "

@@ -292,6 +292,28 @@ def test_a_new_submitter_finds_an_attempt_past_a_gap(ray_address: str, tmp_path:
 # Outcome records without Ray
 
 
+def test_an_unwritable_record_dir_stops_the_step_before_anything_is_submitted(ray_address: str, tmp_path: Path) -> None:
+    """Records are required: a step whose record cannot be written is not run (here the record's directory cannot
+    be created: its parent is a file; the tests run as root, for whom a directory's mode is no limit)."""
+    blocker = tmp_path / "run"
+    blocker.write_text("a file where the run's directory should be")
+    outcomes = blocker / "step-outcomes"
+    sid = f"r-unwritable-{uuid.uuid4().hex[:8]}"
+    result = _run(_args(ray_address, sid, ["true"], f"--record={outcomes}/prep.json"), timeout=60)
+    assert result.returncode == errors.EXIT_USAGE, result.stdout + result.stderr
+    assert f"cannot write the step records in {outcomes} (" in result.stdout
+    assert "Make the directory writable by the submitter pod" in result.stdout
+    assert _last_line(result.stdout) == f"ray_submit: job {sid}: not run (its step record cannot be written)"
+    assert "connecting to the Ray Jobs API" not in result.stdout
+    assert _status(ray_address, sid) is None
+
+
+def test_the_record_check_leaves_nothing_behind(tmp_path: Path) -> None:
+    outcomes = tmp_path / "run" / "step-outcomes"
+    step_records.check_writable(str(outcomes / "prep.json"))
+    assert outcomes.is_dir() and list(outcomes.iterdir()) == []
+
+
 def test_a_recorded_step_needs_no_ray(tmp_path: Path) -> None:
     record = tmp_path / "step.json"
     words = ["python", "prepare.py", "--out=/data/x y"]

@@ -17,12 +17,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
+from api_proxy import DOWN, SILENT, UP, ApiProxy
 from ray_head import closed_port, wait_for
 from script_loader import load_script
 from submitter import attempts as attempts_module
@@ -691,6 +692,63 @@ def test_sigterm_stops_the_ray_job_only_when_the_run_is_deleted(
     else:
         assert _status(client, sid) == "RUNNING", out
         assert "WITHOUT stopping" in out
+        client.stop_job(sid)
+
+
+@pytest.fixture
+def proxy(ray_address: str) -> Iterator[ApiProxy]:
+    fronted = ApiProxy(ray_address)
+    try:
+        yield fronted
+    finally:
+        fronted.close()
+
+
+def _sigterm_while(proxy: ApiProxy, mode: str, client: Any, kube_api: Any, stop_timeout: str) -> tuple[str, str, float]:
+    """A deleted run's submitter, following its job through the proxy, gets SIGTERM while the proxy is `mode`."""
+    sid = _new_id(f"stop-{mode}")
+    _FakeKubeApi.objects = {JOB_PATH: None, MARKER_PATH: None}
+    flags = (*_k8s_flags(kube_api)[:-1], stop_timeout)
+    proc = _start(_cmd(proxy.address, sid, "sh", "-c", "sleep 300", extra=flags))
+    try:
+        wait_for(lambda: _status(client, sid) == "RUNNING", 60, "the job to run")
+        proxy.mode = mode
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        if mode == DOWN:
+            time.sleep(10)  # a 10 s outage of the head's API, then it answers again
+            proxy.mode = UP
+        out, _ = proc.communicate(timeout=90)
+        took = time.monotonic() - started
+    finally:
+        proc.kill()
+    assert proc.returncode == errors.EXIT_SIGTERM, out
+    return sid, out, took
+
+
+def test_sigterm_during_an_api_outage_still_stops_the_job(
+    ray_address: str, client: Any, kube_api: Any, proxy: ApiProxy
+) -> None:
+    from launcher.job import GRACE_SECONDS
+
+    sid, out, took = _sigterm_while(proxy, DOWN, client, kube_api, "30")
+    assert _status(client, sid) == "STOPPED", out
+    assert f"stopping job {sid}: " in out and "trying again until 30 s have passed" in out
+    assert f"job {sid} is STOPPED" in out and f"exiting after stopping Ray job {sid}" in out
+    assert took < GRACE_SECONDS, out  # the pod's grace period
+
+
+def test_an_api_that_never_answers_is_given_up_within_the_stop_timeout(
+    ray_address: str, client: Any, kube_api: Any, proxy: ApiProxy
+) -> None:
+    sid, out, took = _sigterm_while(proxy, SILENT, client, kube_api, "8")
+    try:
+        assert _status(client, sid) == "RUNNING", out
+        assert f"could NOT stop job {sid} within 8 s" in out
+        assert f"`ray job stop --address {proxy.address} {sid}`" in out
+        assert f"Ray job {sid} was NOT stopped" in out and "exiting after stopping" not in out
+        assert took < 8 + 2 * stop_on_delete.K8S_TIMEOUT_S + 5, out  # the deadline, the two API reads, start-up
+    finally:
         client.stop_job(sid)
 
 
