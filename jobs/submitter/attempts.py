@@ -23,16 +23,35 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import os
 import shlex
+import socket
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from submitter.errors import EXIT_FAILED, EXIT_STOPPED, EXIT_SUCCEEDED, ConflictError, LostError, RejectedError
+from submitter.errors import (
+    EXIT_FAILED,
+    EXIT_STOPPED,
+    EXIT_SUCCEEDED,
+    ConflictError,
+    EndedError,
+    LostError,
+    RejectedError,
+)
 from submitter.head_restart import HeadIdentity, HeadRestartedError
 from submitter.log_follower import watch
 from submitter.output import Output, describe_runtime_env, short, short_text
 from submitter.ray_api import Outage, connect, is_duplicate, is_transient, lookup
-from submitter.records import check_record, check_writable, read_record, record_success
+from submitter.records import (
+    AttemptLedger,
+    check_record,
+    check_writable,
+    ledger_path,
+    read_record,
+    record_success,
+)
+from submitter.run_lock import RunLock, lock_path
 
 if TYPE_CHECKING:
     from ray.job_submission import JobDetails, JobSubmissionClient
@@ -52,10 +71,12 @@ def attempt_id(submission_id: str, attempt: int) -> str:
 
 
 class Current:
-    """The attempt id the submitter works on; the SIGTERM handler stops this one when the run is deleted."""
+    """The attempt id the submitter works on (the SIGTERM handler stops this one when the run is deleted) and the run
+    lock it holds (released on every way out)."""
 
     def __init__(self, submission_id: str) -> None:
         self.id = submission_id
+        self.lock: RunLock | None = None
 
 
 def check_command(info: JobDetails, attempt: str, entrypoint: str) -> None:
@@ -95,11 +116,14 @@ def submit(
     runtime_env: dict[str, Any] | None,
     outage: Outage,
     out: Output,
+    on_submit: Callable[[], None] = lambda: None,
 ) -> bool:
-    """Submit one attempt. True once Ray has it (ours, or a concurrent submitter's); False when unknown (retry)."""
+    """Submit one attempt. True once Ray has it (ours, or a concurrent submitter's); False when unknown (retry).
+    ``on_submit`` runs just before Ray is asked (the attempt ledger's entry)."""
     out.say(f"submitting job {aid}: {entrypoint}")
     if runtime_env is not None:
         out.say(f"runtime env: {describe_runtime_env(runtime_env)}")
+    on_submit()
     try:
         client.submit_job(entrypoint=entrypoint, submission_id=aid, runtime_env=runtime_env)
     except Exception as exc:
@@ -124,13 +148,14 @@ def settle(
     out: Output,
     info: JobDetails | None,
     head: HeadIdentity,
+    on_submit: Callable[[], None] = lambda: None,
 ) -> tuple[JobDetails, bool]:
     """Submit attempt ``aid`` unless Ray has it (``info``), or attach to it; return its final details and whether
     it had finished before this submitter came."""
     attached = False  # True once this process submitted the job or found it unfinished
     while True:
         if info is None:
-            attached = submit(client, aid, entrypoint, runtime_env, outage, out) or attached
+            attached = submit(client, aid, entrypoint, runtime_env, outage, out, on_submit) or attached
             info = outage.call(lambda: lookup(client, aid), "looking up the job")
             continue
         check_command(info, aid, entrypoint)
@@ -206,6 +231,80 @@ def outcome(info: JobDetails, attempt: str, out: Output, earlier: bool, advice: 
     return EXIT_FAILED
 
 
+def before_submitting(current: Current, ledger: AttemptLedger | None, attempt: int, aid: str, session: str) -> None:
+    """Just before Ray is asked to run an attempt: this submitter still holds the run, and the ledger counts it."""
+    if current.lock is not None:
+        current.lock.check()
+    if ledger is not None:
+        ledger.begin(attempt, aid, session)
+
+
+class RecordedEndError(EndedError):
+    """The newest attempt ended FAILED or STOPPED on a head that has restarted since: that outcome stands."""
+
+    def __init__(self, message: str, outcome: str) -> None:
+        super().__init__(message)
+        self.exit_code = EXIT_STOPPED if outcome == "STOPPED" else EXIT_FAILED
+        self.final = f" {outcome} (in an earlier attempt, recorded in the attempt ledger)"
+
+
+def pod_name() -> str:
+    return os.environ.get("HOSTNAME") or socket.gethostname()
+
+
+def continue_after_ledger(
+    ledger: AttemptLedger,
+    attempt: int,
+    info: JobDetails | None,
+    head: HeadIdentity,
+    args: argparse.Namespace,
+    out: Output,
+) -> tuple[int, bool, int]:
+    """Where to go on from, by the larger of the ledger and Ray's table: (attempt, whether Ray's details of it still
+    hold, resubmissions of it so far). The newest attempt the ledger started and Ray does not know went with a head
+    that restarted (or never reached Ray): it counts as used, and the run goes on past it while the budget lasts."""
+    sid, max_retries = args.submission_id, args.max_retries
+    out.say(f"the attempt ledger {ledger.path} lists: {ledger.describe()}")
+    newest = ledger.last()
+    if newest and newest.get("ray_session") and newest["ray_session"] != head.session:
+        out.say(
+            f"the Ray head restarted since {newest['job']} was submitted (its session changed from "
+            f"{newest['ray_session']} to {head.session})"
+        )
+    latest = ledger.latest()
+    if latest < attempt or (latest == attempt and info is not None):
+        return attempt, True, max(ledger.started(attempt) - 1, 0)
+    lost = attempt_id(sid, latest)
+    ended = next(e for e in reversed(ledger.entries) if e["attempt"] == latest)
+    outcome = ended.get("outcome") or ""
+    if outcome in ("FAILED", "STOPPED"):
+        if ended.get("ray_session") == head.session:
+            # Ended, then removed from the table of the same head: a person's `ray job delete` (the resume recipe).
+            out.say(f"{lost} ended {outcome} and was deleted from the Ray head's table since; submitting it again")
+            return latest, False, 0
+        if outcome == "FAILED" and latest < max_retries:
+            out.say(f"{lost} FAILED on a head that has restarted since; retrying as {attempt_id(sid, latest + 1)}")
+            return latest + 1, False, 0
+        raise RecordedEndError(
+            f"{lost} ended {outcome} (the attempt ledger {ledger.path}; the Ray head has restarted since). "
+            + (retries_spent_advice(sid, max_retries) if outcome == "FAILED" and max_retries else retry_advice(lost)),
+            outcome,
+        )
+    ledger.end(lost, "LOST (not on the Ray head: it restarted after the submission)")
+    out.say(f"{lost} was submitted but the Ray head does not know it: lost with a head restart, and counted")
+    if latest < max_retries:
+        out.say(
+            f"attempt {latest + 1} of {max_retries + 1} ({lost}) was lost; retrying as "
+            f"{attempt_id(sid, latest + 1)} (retry {latest + 1} of {max_retries})"
+        )
+        return latest + 1, False, 0
+    resubmitted = ledger.started(latest) - 1
+    if resubmitted < args.max_resubmits:
+        out.say(f"submitting {lost} again (resubmission {resubmitted + 1} of {args.max_resubmits})")
+        return latest, False, resubmitted + 1
+    raise LostError(lost_advice(sid, lost, max_retries, args.max_resubmits))
+
+
 def run(
     args: argparse.Namespace,
     entrypoint_words: list[str],
@@ -213,16 +312,26 @@ def run(
     out: Output,
     current: Current,
 ) -> int:
-    from ray.job_submission import JobStatus
-
-    sid = args.submission_id
-    max_retries = args.max_retries
     entrypoint = shlex.join(entrypoint_words)
+    if not args.record:
+        return run_attempts(args, entrypoint, runtime_env, out, current, None)
+    check_writable(args.record)
+    current.lock = RunLock(lock_path(args.record), args.lock_ttl, out)
+    current.lock.acquire(args.connect_timeout)
+    try:
+        # Under the lock: the record and the ledger as the run's last holder left them.
+        return run_recorded(args, entrypoint, runtime_env, out, current)
+    finally:
+        current.lock.release()
+
+
+def run_recorded(
+    args: argparse.Namespace, entrypoint: str, runtime_env: dict[str, Any] | None, out: Output, current: Current
+) -> int:
     # The record comes first: it outlives the head's job table (and a head that is down), and it is the only
     # trace of a step that succeeded on a head which has restarted since.
-    if args.record:
-        check_writable(args.record)
-    record = read_record(args.record) if args.record else None
+    sid = args.submission_id
+    record = read_record(args.record)
     if record is not None:
         check_record(record, args.record, sid, entrypoint)
         current.id = record["job"]
@@ -232,6 +341,23 @@ def run(
         )
         out.say(f"job {record['job']} SUCCEEDED")
         return EXIT_SUCCEEDED
+    ledger = AttemptLedger(ledger_path(args.record), sid, pod_name())
+    return run_attempts(args, entrypoint, runtime_env, out, current, ledger)
+
+
+def run_attempts(
+    args: argparse.Namespace,
+    entrypoint: str,
+    runtime_env: dict[str, Any] | None,
+    out: Output,
+    current: Current,
+    ledger: AttemptLedger | None,
+) -> int:
+    """The attempts of the step, from the latest Ray or the ledger knows, until one ends the run."""
+    from ray.job_submission import JobStatus
+
+    sid = args.submission_id
+    max_retries = args.max_retries
     outage = Outage(args.connect_timeout, args.address, out)
 
     out.say(f"connecting to the Ray Jobs API at {args.address} (waiting up to {args.connect_timeout:g} s)")
@@ -242,11 +368,19 @@ def run(
     if attempt:
         out.say(f"{attempt_id(sid, attempt)} is the latest attempt of {sid} on the cluster; continuing from it")
     resubmits = 0
+    if ledger is not None and ledger.entries:
+        current.id = attempt_id(sid, max(attempt, ledger.latest()))  # what a spent budget's last line names
+        attempt, still, resubmits = continue_after_ledger(ledger, attempt, info, head, args, out)
+        if not still:
+            info = outage.call(functools.partial(lookup, client, attempt_id(sid, attempt)), "looking up the job")
     while True:
         aid = current.id = attempt_id(sid, attempt)
+        opened = functools.partial(before_submitting, current, ledger, attempt, aid, head.session)
         try:
-            final, earlier = settle(client, aid, entrypoint, runtime_env, outage, out, info, head)
+            final, earlier = settle(client, aid, entrypoint, runtime_env, outage, out, info, head, opened)
         except HeadRestartedError as lost:
+            if ledger is not None:
+                ledger.end(aid, "LOST (the Ray head restarted)")
             out.say(
                 f"the Ray head restarted while job {aid} ran (its session changed from {lost.before} to "
                 f"{lost.after}): a head without GCS fault tolerance comes back with an empty job table, so {aid} "
@@ -267,8 +401,11 @@ def run(
                 raise LostError(lost_advice(sid, aid, max_retries, args.max_resubmits)) from None
             info = outage.call(functools.partial(lookup, client, attempt_id(sid, attempt)), "looking up the job")
             continue
+        if ledger is not None:
+            ledger.end(aid, str(final.status))
         if final.status == JobStatus.SUCCEEDED and args.record:
-            record_success(args.record, sid, aid, entrypoint, head.session, out)
+            attempts = ledger.entries if ledger is not None else []
+            record_success(args.record, sid, aid, entrypoint, head.session, out, attempts)
         if final.status == JobStatus.FAILED and attempt < max_retries:
             detail = first_line(final.message)
             attempt += 1
@@ -279,5 +416,7 @@ def run(
             )
             info = outage.call(functools.partial(lookup, client, attempt_id(sid, attempt)), "looking up the job")
             continue
+        if ledger is not None and ledger.entries:
+            out.say(f"attempts of {sid}: {ledger.describe()}")
         advice = retries_spent_advice(sid, max_retries) if max_retries else ""
         return outcome(final, aid, out, earlier, advice)

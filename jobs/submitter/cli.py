@@ -12,6 +12,7 @@ from typing import Any
 from submitter.attempts import DEFAULT_MAX_RESUBMITS, MAX_ATTEMPTS_SCANNED, MAX_RESUBMITS
 from submitter.errors import UsageError
 from submitter.ray_auth import AUTH_TOKEN_ENV
+from submitter.run_lock import DEFAULT_LOCK_TTL_S
 from submitter.stop_on_delete import SERVICE_ACCOUNT_DIR
 
 DEFAULT_CONNECT_TIMEOUT_S = 600.0
@@ -33,7 +34,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict
         prog="ray_submit.py",
         description="Submit (or re-attach to) a Ray job under a fixed submission id and wait for it.",
         usage="%(prog)s --address http://HOST:8265 --submission-id ID [--connect-timeout SECONDS] "
-        "[--runtime-env-json JSON] [--max-retries N] [--max-resubmits N] [--record FILE] "
+        "[--runtime-env-json JSON] [--max-retries N] [--max-resubmits N] [--record FILE [--lock-ttl SECONDS]] "
         "[--k8s-job NAME --k8s-run-marker NAME --k8s-namespace NS [--k8s-api URL] [--stop-timeout SECONDS]] "
         "-- ENTRYPOINT...",
     )
@@ -61,6 +62,13 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict
         default=None,
         help="step outcome record (JSON): read before Ray, written when the job SUCCEEDED; a recorded step is "
         "not run again",
+    )
+    parser.add_argument(
+        "--lock-ttl",
+        type=float,
+        default=DEFAULT_LOCK_TTL_S,
+        help="with --record: seconds after which a silent submitter's hold on the run is taken over "
+        f"(default: {DEFAULT_LOCK_TTL_S:g})",
     )
     parser.add_argument(
         "--k8s-job", default=None, help="this pod's Kubernetes Job: stop the Ray job when it is deleted"
@@ -100,6 +108,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict
         k8s = (args.k8s_job, args.k8s_run_marker, args.k8s_namespace)
         if any(k8s) and not all(k8s):
             raise UsageError("--k8s-job, --k8s-run-marker and --k8s-namespace go together")
+        if not args.lock_ttl > 0:
+            raise UsageError("--lock-ttl must be a positive number of seconds")
         if not args.stop_timeout > 0:
             raise UsageError("--stop-timeout must be a positive number of seconds")
         runtime_env = parse_runtime_env(args.runtime_env_json)

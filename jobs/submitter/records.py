@@ -101,7 +101,15 @@ def write_record(path: str, record: dict[str, Any]) -> None:
             os.close(dir_fd)
 
 
-def record_success(path: str, submission_id: str, job: str, entrypoint: str, session: str, out: Output) -> None:
+def record_success(
+    path: str,
+    submission_id: str,
+    job: str,
+    entrypoint: str,
+    session: str,
+    out: Output,
+    attempts: list[dict[str, Any]] | None = None,
+) -> None:
     record = {
         "submission_id": submission_id,
         "job": job,
@@ -109,6 +117,7 @@ def record_success(path: str, submission_id: str, job: str, entrypoint: str, ses
         "command": entrypoint,
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "ray_session": session,
+        "attempts": attempts or [],
     }
     try:
         write_record(path, record)
@@ -117,3 +126,98 @@ def record_success(path: str, submission_id: str, job: str, entrypoint: str, ses
         out.say(f"could not write the step record {path} ({short(exc)}); a rerun will ask Ray instead")
     else:
         out.say(f"recorded the outcome in {path}")
+
+
+def ledger_path(record_path: str) -> str:
+    """The step's attempt ledger, beside its record: ``train.json`` -> ``train.attempts.json``."""
+    stem = record_path[: -len(".json")] if record_path.endswith(".json") else record_path
+    return f"{stem}.attempts.json"
+
+
+class AttemptLedger:
+    """Every attempt of one step, on Lustre beside its record (``<step>.attempts.json``): an entry is written before
+    the attempt is submitted (attempt number, job id, pod, Ray session, start) and closed when it ends (end, outcome).
+    It outlives the head's job table and the submitter pod, so the retry budget (``--max-retries``) and the
+    resubmissions after head restarts (``--max-resubmits``) count every attempt any pod ever started; a write that
+    fails ends the run (UnwritableRecordsError) rather than let an attempt go uncounted."""
+
+    def __init__(self, path: str, submission_id: str, pod: str) -> None:
+        self.path, self.submission_id, self.pod = path, submission_id, pod
+        self.entries: list[dict[str, Any]] = []
+        try:
+            with open(path, encoding="utf-8") as ledger_file:
+                text = ledger_file.read()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise RecordError(f"cannot read the attempt ledger {path} ({short(exc)}); fix its volume") from None
+        try:
+            ledger = json.loads(text)
+            entries = ledger["attempts"]
+            valid = ledger.get("submission_id") == submission_id and all(
+                isinstance(e, dict) and isinstance(e.get("attempt"), int) and isinstance(e.get("job"), str)
+                for e in entries
+            )
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            valid = False
+        if not valid:
+            raise RecordError(
+                f"the attempt ledger {path} is not a ledger of {submission_id}'s attempts; it counts the run's retry "
+                "budget, so it is never ignored: restore it, or remove it (and the budget starts again)"
+            )
+        self.entries = list(entries)
+
+    def latest(self) -> int:
+        """The highest attempt number ever started, or -1."""
+        return max((e["attempt"] for e in self.entries), default=-1)
+
+    def started(self, attempt: int) -> int:
+        """How often this attempt number was submitted (more than once: resubmitted after head restarts)."""
+        return sum(1 for e in self.entries if e["attempt"] == attempt)
+
+    def last(self) -> dict[str, Any] | None:
+        return self.entries[-1] if self.entries else None
+
+    def begin(self, attempt: int, job: str, session: str) -> None:
+        newest = self.last()
+        if newest and (newest["job"], newest.get("pod"), newest.get("outcome")) == (job, self.pod, None):
+            return  # this pod's submission of it is open already (a submit that did not get an answer, tried again)
+        self.entries.append(
+            {
+                "attempt": attempt,
+                "job": job,
+                "pod": self.pod,
+                "ray_session": session,
+                "started_at": _now(),
+                "ended_at": None,
+                "outcome": None,
+            }
+        )
+        self._write()
+
+    def end(self, job: str, outcome: str) -> None:
+        """Close the newest open entry of this job (if any) with its outcome."""
+        for entry in reversed(self.entries):
+            if entry["job"] == job and entry.get("outcome") is None:
+                entry["ended_at"], entry["outcome"] = _now(), outcome
+                self._write()
+                return
+
+    def describe(self) -> str:
+        return "; ".join(
+            f"{e['job']} (pod {e.get('pod') or '?'}, from {e.get('started_at') or '?'}: {e.get('outcome') or 'open'})"
+            for e in self.entries
+        )
+
+    def _write(self) -> None:
+        try:
+            write_record(self.path, {"submission_id": self.submission_id, "attempts": self.entries})
+        except OSError as exc:
+            raise UnwritableRecordsError(
+                f"cannot write the attempt ledger {self.path} ({short(exc)}); an attempt it does not count could "
+                "exceed the retry budget, so nothing more is submitted. Fix the volume, then run again"
+            ) from None
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -14,6 +14,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -157,7 +158,8 @@ def one_restart(restartable_head: RayHead, tmp_path_factory: pytest.TempPathFact
         train_marker,
         train_record,
     )
-    data_record = records / "data.json"
+    # Another run's step (one submitter holds a run at a time; the steps of one run never run at once).
+    data_record = tmp / "run2" / "step-outcomes" / "data.json"
     data_words = _first_run_hangs(data_marker, "prepared-$((2+2))")
     data = Submitter(
         data_sid, _args(head.address, data_sid, data_words, f"--record={data_record}"), data_marker, data_record
@@ -188,6 +190,126 @@ def test_a_train_step_with_retries_survives_the_restart_as_its_next_attempt(one_
     assert record["submission_id"] == sid and record["job"] == f"{sid}-r1"
     assert record["status"] == "SUCCEEDED" and record["command"] == shlex.join(one_restart.train_words)
     assert record["ray_session"] == _session(head.address)
+    # Every attempt, in the record and in the log.
+    assert [(a["job"], a["outcome"]) for a in record["attempts"]] == [
+        (sid, "LOST (the Ray head restarted)"),
+        (f"{sid}-r1", "SUCCEEDED"),
+    ]
+    assert f"attempts of {sid}: {sid} (pod " in out and f"{sid}-r1 (pod " in out
+
+
+def test_killed_submitters_and_head_restarts_never_reset_the_retry_budget(
+    restartable_head: RayHead, tmp_path: Path
+) -> None:
+    """Each submitter pod is killed (SIGKILL: lost with its node) while its attempt runs, and the head restarts before
+    the next pod comes: the attempt ledger on "Lustre" carries the count across both, so the run starts
+    maxRestarts + 1 attempts in all, and the third pod starts none."""
+    head = restartable_head
+    sid = f"t-budget-{uuid.uuid4().hex[:8]}"
+    record = tmp_path / "run" / "step-outcomes" / "train.json"
+    args = _args(head.address, sid, ["sh", "-c", "sleep 300"], "--max-retries=1", "--max-resubmits=0",
+                 f"--record={record}")  # fmt: skip
+    outputs = []
+    for attempt in (sid, f"{sid}-r1"):
+        proc = _start(args)
+        try:
+            wait_for(lambda attempt=attempt: _status(head.address, attempt) == "RUNNING", 90, f"{attempt} to run")
+        finally:
+            proc.kill()
+            outputs.append(proc.communicate()[0])
+        head.stop()
+        head.start()
+    assert f"{sid} was submitted but the Ray head does not know it" in outputs[1], outputs[1]
+    assert f"retrying as {sid}-r1 (retry 1 of 1)" in outputs[1]
+    result = _run(args, timeout=120)
+    out = result.stdout
+    assert result.returncode == errors.EXIT_FAILED, out
+    assert "submitting job" not in out
+    assert "the Ray head restarted since" in out and f"{sid}-r1 was submitted but the Ray head does not know it" in out
+    assert _last_line(out) == f"ray_submit: job {sid}-r1 FAILED (lost in a Ray head restart, no retries left)"
+    ledger = json.loads((record.parent / "train.attempts.json").read_text())
+    assert [a["job"] for a in ledger["attempts"]] == [sid, f"{sid}-r1"]
+    assert all(a["outcome"].startswith("LOST") and a["pod"] for a in ledger["attempts"])
+    assert f"the attempt ledger {record.parent / 'train.attempts.json'} lists: {sid} (pod " in out
+    assert _status(head.address, sid) is None and _status(head.address, f"{sid}-r1") is None
+
+
+def test_two_submitters_of_one_run_never_run_train_at_once(restartable_head: RayHead, tmp_path: Path) -> None:
+    """A submitter is paused (SIGSTOP: a partitioned or frozen pod) while its attempt runs; the head restarts and a
+    second submitter comes. The second waits until the first's hold on the run is silent past --lock-ttl, takes the
+    run over and goes on from the ledger; the first, resumed, finds the run taken and submits nothing more. At no
+    moment do two attempts of the step run."""
+    head = restartable_head
+    sid = f"t-two-{uuid.uuid4().hex[:8]}"
+    record = tmp_path / "run" / "step-outcomes" / "train.json"
+    marker = tmp_path / "runs.txt"
+    args = _args(head.address, sid, _first_run_hangs(marker, "trained-$((6*7))"), "--max-retries=2",
+                 "--max-resubmits=0", f"--record={record}", "--lock-ttl=4")  # fmt: skip
+    attempts = [sid, f"{sid}-r1", f"{sid}-r2", f"{sid}-r3"]
+    most_running = [0]
+    watching = threading.Event()
+
+    def watch() -> None:
+        while not watching.is_set():
+            running = sum(_status(head.address, a) == "RUNNING" for a in attempts)
+            most_running[0] = max(most_running[0], running)
+            time.sleep(0.2)
+
+    first = _start(args)
+    second: subprocess.Popen[str] | None = None
+    watcher = threading.Thread(target=watch, daemon=True)
+    try:
+        wait_for(lambda: _status(head.address, sid) == "RUNNING", 90, f"{sid} to run")
+        watcher.start()
+        first.send_signal(signal.SIGSTOP)
+        head.stop()
+        head.start()
+        second = _start(args)
+        wait_for(lambda: _status(head.address, f"{sid}-r1") is not None, 120, f"{sid}-r1 to be submitted")
+        first.send_signal(signal.SIGCONT)
+        first_out, _ = first.communicate(timeout=60)
+        second_out, _ = second.communicate(timeout=180)
+    finally:
+        watching.set()
+        first.kill()
+        if second is not None:
+            second.kill()
+    assert first.returncode == errors.EXIT_UNREACHABLE, first_out
+    assert "was taken over by another submitter" in first_out or "lost the run's lock" in first_out, first_out
+    assert first_out.count("submitting job") == 1, first_out  # attempt 0 only
+    assert second.returncode == errors.EXIT_SUCCEEDED, second_out
+    assert "took over the run from" in second_out  # the first's hold, silent since it was paused
+    assert f"retrying as {sid}-r1 (retry 1 of 2)" in second_out
+    assert _last_line(second_out) == f"ray_submit: job {sid}-r1 SUCCEEDED"
+    assert most_running[0] == 1
+    assert marker.read_text().splitlines() == ["run", "run"]
+    assert not (record.parent / "submitter.lock").exists()  # released on the way out
+
+
+def test_the_resume_recipe_works_with_the_ledger(ray_address: str, tmp_path: Path) -> None:
+    """docs/operations.md: a stopped attempt is resumed by `ray job delete <id>` and a new submitter pod; the attempt
+    ledger knows the attempt ended STOPPED on this very head, so the deletion was a person's, and the id runs again."""
+    sid = f"t-resume-{uuid.uuid4().hex[:8]}"
+    record = tmp_path / "run" / "step-outcomes" / "train.json"
+    marker = tmp_path / "runs.txt"
+    args = _args(ray_address, sid, _first_run_hangs(marker, "resumed-$((7*7))"), "--max-retries=1",
+                 f"--record={record}")  # fmt: skip
+    first = _start(args)
+    try:
+        wait_for(lambda: marker.exists() and _status(ray_address, sid) == "RUNNING", 90, f"{sid} to run")
+        _client(ray_address).stop_job(sid)
+        first_out, _ = first.communicate(timeout=120)
+    finally:
+        first.kill()
+    assert first.returncode == errors.EXIT_STOPPED, first_out
+    wait_for(lambda: bool(_client(ray_address).delete_job(sid)), 30, f"{sid} to be deleted")
+    again = _run(args)
+    assert again.returncode == errors.EXIT_SUCCEEDED, again.stdout
+    assert f"{sid} ended STOPPED and was deleted from the Ray head's table since; submitting it again" in again.stdout
+    assert _last_line(again.stdout) == f"ray_submit: job {sid} SUCCEEDED"
+    assert marker.read_text().splitlines() == ["run", "run"]
+    ledger = json.loads((record.parent / "train.attempts.json").read_text())
+    assert [(a["job"], a["outcome"]) for a in ledger["attempts"]] == [(sid, "STOPPED"), (sid, "SUCCEEDED")]
 
 
 def test_a_step_without_retries_is_submitted_again_on_the_restarted_head(one_restart: OneRestart) -> None:
@@ -196,8 +318,10 @@ def test_a_step_without_retries_is_submitted_again_on_the_restarted_head(one_res
     assert f"submitting {data.sid} again on the restarted head (resubmission 1 of 3)" in data.out
     assert _last_line(data.out) == f"ray_submit: job {data.sid} SUCCEEDED"
     assert data.marker.read_text().splitlines() == ["run", "run"]
-    # Each step's record was written whole: the temporary files were renamed, none is left.
-    assert sorted(p.name for p in one_restart.records.iterdir()) == ["data.json", "train.json"]
+    # Each step's record and ledger were written whole: the temporary files were renamed, none is left, and the
+    # run's lock was released.
+    assert sorted(p.name for p in one_restart.records.iterdir()) == ["train.attempts.json", "train.json"]
+    assert sorted(p.name for p in data.record.parent.iterdir()) == ["data.attempts.json", "data.json"]
 
 
 def test_retries_spent_on_head_restarts_end_the_run(one_restart: OneRestart) -> None:

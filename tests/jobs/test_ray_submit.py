@@ -67,6 +67,43 @@ def _start(args: list[str]) -> subprocess.Popen[str]:
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
 
 
+def _until(release: Path) -> str:
+    """Shell that waits until `release` exists: a job that runs as long as a test needs, however loaded the machine."""
+    return f"until [ -e {release} ]; do sleep 0.2; done"
+
+
+def _run_attached(commands: list[list[str]], release: Path) -> list[tuple[int, str]]:
+    """Run submitters at once; their job (waiting on `release`) is let finish once every one follows its log."""
+    procs = [_start(args) for args in commands]
+    outputs: list[list[str]] = [[] for _ in procs]
+    following = [threading.Event() for _ in procs]
+
+    def read(index: int) -> None:
+        stdout = procs[index].stdout
+        assert stdout is not None
+        for line in stdout:
+            outputs[index].append(line)
+            if "streaming the logs" in line:
+                following[index].set()
+        following[index].set()  # ended without following: the assertions say why
+
+    readers = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(len(procs))]
+    try:
+        for reader in readers:
+            reader.start()
+        for event in following:
+            event.wait(120)
+        release.touch()
+        for proc, reader in zip(procs, readers, strict=True):
+            proc.wait(timeout=120)
+            reader.join(timeout=10)
+    finally:
+        release.touch()
+        for proc in procs:
+            proc.kill()
+    return [(proc.returncode, "".join(out)) for proc, out in zip(procs, outputs, strict=True)]
+
+
 def _last_line(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""
@@ -158,17 +195,12 @@ def test_already_succeeded_id_is_not_run_again(ray_address: str, client: Any, tm
 def test_concurrent_submitters_share_one_job(ray_address: str, client: Any, tmp_path: Path) -> None:
     sid = _new_id("race")
     marker = tmp_path / "runs.txt"
-    args = _cmd(ray_address, sid, "sh", "-c", f"echo ran >> {marker}; sleep 3; echo finished-$((4+4))")
-    procs = [_start(args), _start(args)]
-    outs = []
-    try:
-        for proc in procs:
-            outs.append(proc.communicate(timeout=120)[0])
-    finally:
-        for proc in procs:
-            proc.kill()
-    for proc, out in zip(procs, outs, strict=True):
-        assert proc.returncode == 0, out
+    release = tmp_path / "release"
+    args = _cmd(ray_address, sid, "sh", "-c", f"echo ran >> {marker}; {_until(release)}; echo finished-$((4+4))")
+    results = _run_attached([args, args], release)
+    outs = [out for _, out in results]
+    for code, out in results:
+        assert code == 0, out
         assert _last_line(out) == f"ray_submit: job {sid} SUCCEEDED"
         assert out.count("finished-8") == 1, out
     # Exactly one of them attached (after a lookup or after losing the submit race).
@@ -180,7 +212,8 @@ def test_concurrent_submitters_share_one_job(ray_address: str, client: Any, tmp_
 def test_restarted_submitter_reattaches_after_sigterm(ray_address: str, client: Any, tmp_path: Path) -> None:
     sid = _new_id("pod")
     marker = tmp_path / "runs.txt"
-    args = _cmd(ray_address, sid, "sh", "-c", f"echo ran >> {marker}; sleep 6; echo end-$((1+1))")
+    release = tmp_path / "release"
+    args = _cmd(ray_address, sid, "sh", "-c", f"echo ran >> {marker}; {_until(release)}; echo end-$((1+1))")
     first = _start(args)
     try:
         wait_for(lambda: marker.exists() and _status(client, sid) == "RUNNING", 60, "the job to start")
@@ -192,11 +225,11 @@ def test_restarted_submitter_reattaches_after_sigterm(ray_address: str, client: 
     assert "WITHOUT stopping" in first_out
     assert _status(client, sid) == "RUNNING"  # the job survived its submitter
 
-    second = _run(args)
-    assert second.returncode == 0, second.stdout + second.stderr
-    assert "attaching to it instead of submitting again" in second.stdout
-    assert second.stdout.count("end-2") == 1, second.stdout
-    assert _last_line(second.stdout) == f"ray_submit: job {sid} SUCCEEDED"
+    [(code, out)] = _run_attached([args], release)
+    assert code == 0, out
+    assert "attaching to it instead of submitting again" in out
+    assert out.count("end-2") == 1, out
+    assert _last_line(out) == f"ray_submit: job {sid} SUCCEEDED"
     assert marker.read_text().splitlines() == ["ran"]
     assert len(_jobs_with_id(client, sid)) == 1
 
@@ -562,7 +595,9 @@ def test_a_stopped_attempt_is_never_retried(ray_address: str, client: Any) -> No
 def test_a_submitter_killed_between_attempts_continues(ray_address: str, client: Any, tmp_path: Path) -> None:
     sid = _new_id("between")
     marker = tmp_path / "runs.txt"
-    script = f"echo run >> {marker}; if [ $(wc -l < {marker}) -lt 2 ]; then exit 4; fi; sleep 4; echo done-$((5+5))"
+    release = tmp_path / "release"
+    first_fails = f"if [ $(wc -l < {marker}) -lt 2 ]; then exit 4; fi"
+    script = f"echo run >> {marker}; {first_fails}; {_until(release)}; echo done-$((5+5))"
     words = ("sh", "-c", script)
     # Attempt 0 ran and failed, and its submitter pod died before it could submit the retry.
     client.submit_job(entrypoint=shlex.join(words), submission_id=sid)
@@ -578,11 +613,11 @@ def test_a_submitter_killed_between_attempts_continues(ray_address: str, client:
     assert first.returncode == errors.EXIT_SIGTERM, first_out
     assert f"attempt 1 of 2 ({sid}) FAILED in an earlier run (driver exit code 4)" in first_out
     assert f"WITHOUT stopping Ray job {sid}-r1" in first_out
-    second = _run(args)  # the pod after that attaches to attempt 1
-    assert second.returncode == 0, second.stdout + second.stderr
-    assert "attaching to it instead of submitting again" in second.stdout
-    assert second.stdout.count("done-10") == 1
-    assert _last_line(second.stdout) == f"ray_submit: job {sid}-r1 SUCCEEDED"
+    [(code, out)] = _run_attached([args], release)  # the pod after that attaches to attempt 1
+    assert code == 0, out
+    assert "attaching to it instead of submitting again" in out
+    assert out.count("done-10") == 1
+    assert _last_line(out) == f"ray_submit: job {sid}-r1 SUCCEEDED"
     assert marker.read_text().splitlines() == ["run", "run"]
     assert _statuses(client, sid, 3) == ["FAILED", "SUCCEEDED", None]
 
