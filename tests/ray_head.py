@@ -41,6 +41,18 @@ RAY_CLIENT_SERVER_PORTS = (23000, 24000)
 HEAD_PORTS_FROM = 20000
 # Linux's default, for a system that does not say (/proc/sys/net/ipv4/ip_local_port_range).
 DEFAULT_EPHEMERAL_PORTS = (32768, 60999)
+# A head's own ports, each an attribute of RayHead, in the order they are taken.
+HEAD_PORT_FIELDS = (
+    "gcs",
+    "dashboard",
+    "client_server",
+    "agent_listen",
+    "agent_grpc",
+    "metrics",
+    "node_manager",
+    "object_manager",
+    "runtime_env_agent",
+)
 # The niceness of a test head's processes (lower runs first; see RayHead._command).
 HEAD_NICENESS = -5
 # A first start that finds a port taken, or misses Ray's start-up window, is started again on fresh ports this often.
@@ -381,6 +393,17 @@ class RayHead:
     started again at the same address: what a head pod restarted without GCS fault tolerance looks like to its clients
     (same Service address, new session, empty job table)."""
 
+    # Its ports (HEAD_PORT_FIELDS), from PORTS.
+    gcs: int
+    dashboard: int
+    client_server: int
+    agent_listen: int
+    agent_grpc: int
+    metrics: int
+    node_manager: int
+    object_manager: int
+    runtime_env_agent: int
+
     def __init__(
         self, ray_bin: Path, auth_token: str | None = None, worker_ports: tuple[int, int] | None = None
     ) -> None:
@@ -392,32 +415,13 @@ class RayHead:
         self._take_ports()
 
     def _take_ports(self) -> None:
-        (
-            self.gcs,
-            self.dashboard,
-            self.client_server,
-            self.agent_listen,
-            self.agent_grpc,
-            self.metrics,
-            self.node_manager,
-            self.object_manager,
-            self.runtime_env_agent,
-        ) = PORTS.take(9)
+        for field, port in zip(HEAD_PORT_FIELDS, PORTS.take(len(HEAD_PORT_FIELDS)), strict=True):
+            setattr(self, field, port)
         self.gcs_address = f"127.0.0.1:{self.gcs}"
         self.address = f"http://127.0.0.1:{self.dashboard}"
 
     def ports(self) -> list[int]:
-        return [
-            self.gcs,
-            self.dashboard,
-            self.client_server,
-            self.agent_listen,
-            self.agent_grpc,
-            self.metrics,
-            self.node_manager,
-            self.object_manager,
-            self.runtime_env_agent,
-        ]
+        return [getattr(self, field) for field in HEAD_PORT_FIELDS]
 
     def _command(self) -> list[str]:
         min_worker_port, max_worker_port = self.worker_ports

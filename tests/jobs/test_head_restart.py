@@ -106,6 +106,10 @@ class Submitter:
     out: str = ""
 
 
+def _is_running(address: str, sid: str) -> bool:
+    return _status(address, sid) == "RUNNING"
+
+
 def _runs(address: str, submitter: Submitter) -> bool:
     return _status(address, submitter.sid) == "RUNNING" and submitter.marker.exists()
 
@@ -213,7 +217,7 @@ def test_killed_submitters_and_head_restarts_never_reset_the_retry_budget(
     for attempt in (sid, f"{sid}-r1"):
         proc = _start(args)
         try:
-            wait_for(lambda attempt=attempt: _status(head.address, attempt) == "RUNNING", 90, f"{attempt} to run")
+            wait_for(functools.partial(_is_running, head.address, attempt), 90, f"{attempt} to run")
         finally:
             proc.kill()
             outputs.append(proc.communicate()[0])
