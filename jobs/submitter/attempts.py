@@ -16,6 +16,11 @@ the same id is submitted again on the new head, at most ``--max-resubmits`` time
 skip completed work). A new submitter after a head restart finds none of the earlier attempts: it looks at every
 attempt id of the budget (the new head may know ``ID-r2`` and not ``ID``), and steps that already succeeded are known
 from their outcome records (records.py).
+
+With ``--record`` the attempts also live on Lustre: the attempt ledger beside the record (records.AttemptLedger)
+gets each attempt before it is submitted, and a new submitter goes on from the larger of the ledger and Ray's table
+(continue_after_ledger), so neither a new pod nor a head restart resets the budget. The run lock (run_lock.py) keeps
+a second submitter of the same run out meanwhile.
 """
 
 from __future__ import annotations
