@@ -28,9 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import os
 import shlex
-import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -53,6 +51,7 @@ from submitter.records import (
     check_record,
     check_writable,
     ledger_path,
+    pod_name,
     read_record,
     record_success,
 )
@@ -251,10 +250,6 @@ class RecordedEndError(EndedError):
         super().__init__(message)
         self.exit_code = EXIT_STOPPED if outcome == "STOPPED" else EXIT_FAILED
         self.final = f" {outcome} (in an earlier attempt, recorded in the attempt ledger)"
-
-
-def pod_name() -> str:
-    return os.environ.get("HOSTNAME") or socket.gethostname()
 
 
 def continue_after_ledger(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import tempfile
 import time
 from typing import Any
@@ -115,7 +116,7 @@ def record_success(
         "job": job,
         "status": "SUCCEEDED",
         "command": entrypoint,
-        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "recorded_at": utc_now(),
         "ray_session": session,
         "attempts": attempts or [],
     }
@@ -188,7 +189,7 @@ class AttemptLedger:
                 "job": job,
                 "pod": self.pod,
                 "ray_session": session,
-                "started_at": _now(),
+                "started_at": utc_now(),
                 "ended_at": None,
                 "outcome": None,
             }
@@ -199,7 +200,7 @@ class AttemptLedger:
         """Close the newest open entry of this job (if any) with its outcome."""
         for entry in reversed(self.entries):
             if entry["job"] == job and entry.get("outcome") is None:
-                entry["ended_at"], entry["outcome"] = _now(), outcome
+                entry["ended_at"], entry["outcome"] = utc_now(), outcome
                 self._write()
                 return
 
@@ -219,5 +220,11 @@ class AttemptLedger:
             ) from None
 
 
-def _now() -> str:
+def utc_now() -> str:
+    """The time, as every record, ledger entry and lock says it."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def pod_name() -> str:
+    """The submitter's pod (its hostname), as the ledger and the run lock name it."""
+    return os.environ.get("HOSTNAME") or socket.gethostname()

@@ -16,13 +16,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import threading
 import time
 import uuid
 
 from submitter.errors import EXIT_UNREACHABLE, EndedError
 from submitter.output import Output, short
+from submitter.records import pod_name, utc_now
 
 LOCK_NAME = "submitter.lock"
 DEFAULT_LOCK_TTL_S = 60.0
@@ -42,8 +42,7 @@ def lock_path(record_path: str) -> str:
 class RunLock:
     def __init__(self, path: str, ttl_s: float, out: Output, holder: str | None = None) -> None:
         self.path, self.ttl_s, self.out = path, ttl_s, out
-        pod = os.environ.get("HOSTNAME") or socket.gethostname()
-        self.holder = holder or f"{pod} pid {os.getpid()} ({uuid.uuid4().hex[:8]})"
+        self.holder = holder or f"{pod_name()} pid {os.getpid()} ({uuid.uuid4().hex[:8]})"
         self.lost = threading.Event()
         self._released = threading.Event()
 
@@ -67,7 +66,7 @@ class RunLock:
         except FileExistsError:
             return False
         with os.fdopen(fd, "w", encoding="utf-8") as lock_file:
-            json.dump({"holder": self.holder, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, lock_file)
+            json.dump({"holder": self.holder, "since": utc_now()}, lock_file)
         return True
 
     def acquire(self, wait_s: float) -> None:
