@@ -14,6 +14,7 @@ from launcher.pipeline import (
     pipeline_script,
     pipeline_steps,
     ray_job_command,
+    rerun_warnings,
 )
 from launcher.settings import ConfigError, build_job_settings, read_config, read_infra_outputs
 
@@ -30,6 +31,8 @@ async def main() -> None:
     infra = await read_infra_outputs(infra_ref, str(values["infraStack"]))
     job = build_job_settings(values, infra)
     steps = pipeline_steps(job, infra)
+    for warning in rerun_warnings(steps):
+        pulumi.log.warn(warning)
 
     # Replaced only when the infra's cluster is (the Job with it); a kubeconfig change is an update.
     provider = k8s.Provider(

@@ -26,7 +26,8 @@ An id that already finished before this submitter started:
 * FAILED or STOPPED: Ray never accepts a second submission under an id it has seen, so the earlier attempt cannot
   be retried under the same id (``--max-retries`` retries a FAILED one under the next attempt id, see below).
   The submitter reports the earlier outcome with its exit code (1 or 3) and tells the user how to retry: choose a
-  new run name (hence a new submission id), or remove the old record with ``ray job delete ID`` and start again.
+  new run name (hence a new submission id), rerun the step (the job stack's ``rerun`` gives it a new id; with
+  ``--record`` the advice prints the command), or remove the old record with ``ray job delete ID`` and start again.
   A restarted pod therefore reproduces the earlier result instead of silently running the workload a second time.
 
 An id that exists with a different command (a changed run under an old name) is refused with exit code 2: the

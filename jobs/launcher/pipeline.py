@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from submitter.attempts import DEFAULT_MAX_RESUBMITS, attempt_id
 
-from launcher.settings import BENCHMARK_MEASURED_STEPS, FLAT_DATA, PUBLISHED_H100, InfraOutputs, JobSettings
+from launcher.settings import (
+    BENCHMARK_MEASURED_STEPS,
+    FLAT_DATA,
+    PUBLISHED_H100,
+    ConfigError,
+    InfraOutputs,
+    JobSettings,
+)
 
 NEMO_RL_DIR = "/opt/nemo-rl"  # where the NeMo RL image keeps its sources and uv project
 SCRIPTS_MOUNT = "/opt/launcher"  # the ConfigMap with our scripts, inside the submitter pod
@@ -39,6 +46,16 @@ class Step:
     max_retries: int = 0  # FAILED attempts submitted again as <id>-r1, -r2, ... (ray_submit.py --max-retries)
     # A job lost in a Ray head restart once no retry remains: submitted again under its own id this often.
     max_resubmits: int = DEFAULT_MAX_RESUBMITS
+    rerun: int = 0  # the job setting rerun's number for this step: 0, its first run
+
+
+# Steps whose input is an earlier step's output (launcher steps only; NeMo RL's own reads are not listed): a rerun
+# of the earlier step leaves them with results of the old output unless they are rerun too.
+READS_OUTPUT_OF = {
+    "convert-hf": ("train",),
+    "export-gcs": ("convert-hf",),
+    "eval-final": ("convert-hf",),
+}
 
 
 def dataset_dir(infra: InfraOutputs) -> str:
@@ -88,7 +105,40 @@ def outcomes_dir(job: JobSettings, infra: InfraOutputs) -> str:
 
 
 def outcome_record(step: Step, job: JobSettings, infra: InfraOutputs) -> str:
-    return f"{outcomes_dir(job, infra)}/{step.name}.json"
+    """A rerun has its own record (and attempt ledger beside it): the first run's stay as they were."""
+    suffix = f".rerun{step.rerun}" if step.rerun else ""
+    return f"{outcomes_dir(job, infra)}/{step.name}{suffix}.json"
+
+
+def with_reruns(steps: list[Step], job: JobSettings) -> list[Step]:
+    """The job setting rerun applied: each named step gets the submission id `<id>-rerunN` (Ray never runs an id
+    twice, and the old one's SUCCEEDED stays in its table) and the record `<step>.rerunN.json`, so it runs again
+    once, and a later pod of the same Job skips it like any recorded step."""
+    names = [step.name for step in steps]
+    numbers = dict(job.rerun)
+    for name in numbers:
+        if name not in names:
+            raise ConfigError(f"rerun.{name}", numbers[name], f"a step of this run: {', '.join(names)}")
+    return [
+        replace(step, submission_id=f"{step.submission_id}-rerun{numbers[step.name]}", rerun=numbers[step.name])
+        if step.name in numbers
+        else step
+        for step in steps
+    ]
+
+
+def rerun_warnings(steps: list[Step]) -> list[str]:
+    """A rerun step whose readers are not rerun: they keep what they made from its earlier output."""
+    rerun = {step.name for step in steps if step.rerun}
+    warnings = []
+    for step in steps:
+        stale = [source for source in READS_OUTPUT_OF.get(step.name, ()) if source in rerun]
+        if stale and not step.rerun:
+            warnings.append(
+                f"rerun: {step.name} reads what {' and '.join(stale)} writes but is not rerun, so it keeps the result "
+                f'of the earlier output; add it to rerun too (rerun["{step.name}"]) to redo it'
+            )
+    return warnings
 
 
 def log_dir(job: JobSettings, infra: InfraOutputs) -> str:
@@ -383,6 +433,11 @@ def _in_nemo_rl(script: str, *args: str) -> list[str]:
 
 
 def pipeline_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
+    """The run's Ray jobs in order, with the job setting rerun applied (an unknown step name is a ConfigError)."""
+    return with_reruns(_planned_steps(job, infra), job)
+
+
+def _planned_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
     # No step sets a job-level runtime env: NeMo RL's init_ray() passes the driver's whole environment as its own
     # runtime env, and Ray refuses to merge the two when they name the same variable. What the steps need (HF_HOME,
     # the tokens) is already in every Ray pod's environment.

@@ -16,6 +16,7 @@ _OVERRIDE_RE = re.compile(r"^[+~]{0,2}[A-Za-z_][A-Za-z0-9_.\-]*=.*$")
 _STACK_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+){0,2}$")
 # Each retry resumes from the newest checkpoint; past a handful, a run that keeps failing needs a person.
 MAX_RESTARTS = 20
+MAX_RERUN = 999  # keeps a rerun's submission id (<runName>-<step>-rerunN-rK) within Ray's and our limits
 DEFAULT_RECIPE = "examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml"
 # vLLM on GPUs of its own: vLLM's own default share. Colocated with training it takes the recipe's value (NeMo RL's
 # base config sets 0.6 there, leaving the rest to the trainer).
@@ -203,6 +204,9 @@ class JobSettings:
     # GSM8K test accuracy before training (the recipe's model) and after it (the converted model).
     eval_base: bool = True
     eval_final: bool = True
+    # Steps to run again under a new submission id and outcome record (`<id>-rerunN`, `<step>.rerunN.json`): the
+    # step name and its rerun number, in the order given. launcher.pipeline checks the names against the run's steps.
+    rerun: tuple[tuple[str, int], ...] = ()
 
     @property
     def train_global_batch_size(self) -> int:
@@ -488,7 +492,27 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         benchmark=benchmark,
         eval_base=_bool("evalBase", values.get("evalBase", not benchmark)),
         eval_final=eval_final,
+        rerun=_rerun(values.get("rerun", {})),
     )
+
+
+def _rerun(raw: Any) -> tuple[tuple[str, int], ...]:
+    """`rerun`: a map of step name to rerun number (0 = none). A number, not a flag, so that a new pod of the same
+    Job (an eviction, a retry) skips a rerun that already succeeded, and raising it reruns the step once more."""
+    if raw in (None, ""):
+        return ()
+    if not isinstance(raw, Mapping):
+        raise ConfigError("rerun", raw, 'a map of step name to rerun number, e.g. {"eval-final": 1}')
+    reruns: list[tuple[str, int]] = []
+    for name, given in raw.items():
+        number = int(given) if isinstance(given, str) and given.isdigit() else given
+        if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number <= MAX_RERUN:
+            raise ConfigError(
+                f"rerun.{name}", given, f"a whole number 0..{MAX_RERUN}: raise it by one to run the step again"
+            )
+        if number:
+            reruns.append((str(name), number))
+    return tuple(reruns)
 
 
 def _override_key(item: str) -> str:
@@ -566,7 +590,7 @@ _PLAIN_KEYS = (
 )  # fmt: skip
 
 
-_OBJECT_KEYS = ("extraOverrides",)
+_OBJECT_KEYS = ("extraOverrides", "rerun")
 
 
 def check_keys(project: str, keys: Iterable[str]) -> None:
@@ -591,9 +615,10 @@ def read_config() -> dict[str, Any]:
     )
     config = pulumi.Config()
     values: dict[str, Any] = {key: config.get(key) for key in _PLAIN_KEYS if config.get(key) not in (None, "")}
-    extra = config.get_object("extraOverrides")
-    if extra is not None:
-        values["extraOverrides"] = extra
+    for key in _OBJECT_KEYS:
+        value = config.get_object(key)
+        if value is not None:
+            values[key] = value
     return values
 
 

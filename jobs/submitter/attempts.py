@@ -54,6 +54,7 @@ from submitter.records import (
     pod_name,
     read_record,
     record_success,
+    rerun_hint,
 )
 from submitter.run_lock import RunLock, lock_path
 
@@ -186,7 +187,7 @@ def retries_spent_advice(submission_id: str, max_retries: int) -> str:
     )
 
 
-def lost_advice(submission_id: str, attempt: str, max_retries: int, max_resubmits: int) -> str:
+def lost_advice(submission_id: str, attempt: str, max_retries: int, max_resubmits: int, rerun: str = "") -> str:
     if max_retries:
         spent = f"all {max_retries + 1} attempts are used ({submission_id} ... {attempt})"
     elif max_resubmits:
@@ -197,7 +198,7 @@ def lost_advice(submission_id: str, attempt: str, max_retries: int, max_resubmit
         f"job {attempt} was lost in a Ray head restart and {spent}. If the head keeps restarting, check the head "
         "pod (`kubectl describe pod` for OOMKilled or a replaced node). To go on, run again with a larger "
         "--max-retries (the job stack's maxRestarts; training resumes from the newest checkpoint), or start a run "
-        "with a new run name."
+        f"with a new run name.{rerun}"
     )
 
 
@@ -213,7 +214,8 @@ def failure_text(info: JobDetails) -> str:
     return f" (driver exit code {info.driver_exit_code})" if info.driver_exit_code is not None else ""
 
 
-def outcome(info: JobDetails, attempt: str, out: Output, earlier: bool, advice: str = "") -> int:
+def outcome(info: JobDetails, attempt: str, out: Output, earlier: bool, advice: str = "", rerun: str = "") -> int:
+    """The last lines: what Ray said, what to do, the outcome. ``rerun``: how the launcher runs the step again."""
     from ray.job_submission import JobStatus
 
     status = info.status
@@ -227,10 +229,10 @@ def outcome(info: JobDetails, attempt: str, out: Output, earlier: bool, advice: 
     if detail:
         out.say(f"Ray says: {detail}")
     if status == JobStatus.STOPPED:
-        out.say(retry_advice(attempt))
+        out.say(retry_advice(attempt) + rerun)
         out.say(f"job {attempt} STOPPED{when}")
         return EXIT_STOPPED
-    out.say(advice or retry_advice(attempt))
+    out.say((advice or retry_advice(attempt)) + rerun)
     out.say(f"job {attempt} FAILED{when}{failure_text(info)}")
     return EXIT_FAILED
 
@@ -265,6 +267,13 @@ def continue_after_ledger(
     that restarted (or never reached Ray): it counts as used, and the run goes on past it while the budget lasts."""
     sid, max_retries = args.submission_id, args.max_retries
     out.say(f"the attempt ledger {ledger.path} lists: {ledger.describe()}")
+    # Every head restart the run met, not only the last: a new pod's log is the whole story.
+    for before, after in zip(ledger.entries, ledger.entries[1:], strict=False):
+        if before.get("ray_session") and after.get("ray_session") and before["ray_session"] != after["ray_session"]:
+            out.say(
+                f"the Ray head restarted between {before['job']} (session {before['ray_session']}) and "
+                f"{after['job']} (session {after['ray_session']})"
+            )
     newest = ledger.last()
     if newest and newest.get("ray_session") and newest["ray_session"] != head.session:
         out.say(
@@ -287,7 +296,8 @@ def continue_after_ledger(
             return latest + 1, False, 0
         raise RecordedEndError(
             f"{lost} ended {outcome} (the attempt ledger {ledger.path}; the Ray head has restarted since). "
-            + (retries_spent_advice(sid, max_retries) if outcome == "FAILED" and max_retries else retry_advice(lost)),
+            + (retries_spent_advice(sid, max_retries) if outcome == "FAILED" and max_retries else retry_advice(lost))
+            + rerun_hint(args.record),
             outcome,
         )
     ledger.end(lost, "LOST (not on the Ray head: it restarted after the submission)")
@@ -302,7 +312,7 @@ def continue_after_ledger(
     if resubmitted < args.max_resubmits:
         out.say(f"submitting {lost} again (resubmission {resubmitted + 1} of {args.max_resubmits})")
         return latest, False, resubmitted + 1
-    raise LostError(lost_advice(sid, lost, max_retries, args.max_resubmits))
+    raise LostError(lost_advice(sid, lost, max_retries, args.max_resubmits, rerun_hint(args.record)))
 
 
 def run(
@@ -321,6 +331,8 @@ def run(
     try:
         # Under the lock: the record and the ledger as the run's last holder left them.
         return run_recorded(args, entrypoint, runtime_env, out, current)
+    except ConflictError as exc:  # a changed command under a used id: the launcher's way out is a rerun
+        raise ConflictError(f"{exc}{rerun_hint(args.record)}") from None
     finally:
         current.lock.release()
 
@@ -398,7 +410,8 @@ def run_attempts(
                     f"submitting {aid} again on the restarted head (resubmission {resubmits} of {args.max_resubmits})"
                 )
             else:
-                raise LostError(lost_advice(sid, aid, max_retries, args.max_resubmits)) from None
+                advice = lost_advice(sid, aid, max_retries, args.max_resubmits, rerun_hint(args.record))
+                raise LostError(advice) from None
             info = outage.call(functools.partial(lookup, client, attempt_id(sid, attempt)), "looking up the job")
             continue
         if ledger is not None:
@@ -419,4 +432,4 @@ def run_attempts(
         if ledger is not None and ledger.entries:
             out.say(f"attempts of {sid}: {ledger.describe()}")
         advice = retries_spent_advice(sid, max_retries) if max_retries else ""
-        return outcome(final, aid, out, earlier, advice)
+        return outcome(final, aid, out, earlier, advice, rerun_hint(args.record))

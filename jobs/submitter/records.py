@@ -71,9 +71,23 @@ def check_record(record: dict[str, Any], path: str, submission_id: str, entrypoi
     if record["submission_id"] != submission_id or record["command"] != entrypoint:
         raise ConflictError(
             f"the step record {path} says {record['submission_id']} SUCCEEDED with another command "
-            f"({short_text(record['command'])}). A changed run needs a new submission id (a new run name); to run "
-            f"this step again under its id, remove {path}"
+            f"({short_text(record['command'])}). A changed run needs a new submission id: a new run name, or a "
+            "rerun of the step."
         )
+
+
+def rerun_hint(record_path: str | None) -> str:
+    """How the launcher runs a recorded step again: the job stack's rerun number for it, one above the one this
+    record belongs to (``train.json`` is the first run, ``train.rerun2.json`` the second rerun)."""
+    if not record_path:
+        return ""
+    name = os.path.basename(record_path).removesuffix(".json")
+    step, _, number = name.partition(".rerun")
+    following = int(number) + 1 if number.isdigit() else 1
+    return (
+        f" To run step {step} again under a new id, in jobs/: `pulumi config set --path 'rerun[\"{step}\"]' "
+        f"{following}`, then `pulumi up`."
+    )
 
 
 def write_record(path: str, record: dict[str, Any]) -> None:

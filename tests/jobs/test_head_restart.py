@@ -230,12 +230,56 @@ def test_killed_submitters_and_head_restarts_never_reset_the_retry_budget(
     assert result.returncode == errors.EXIT_FAILED, out
     assert "submitting job" not in out
     assert "the Ray head restarted since" in out and f"{sid}-r1 was submitted but the Ray head does not know it" in out
+    assert f"the Ray head restarted between {sid} (session session_" in out  # the first restart, from the ledger
     assert _last_line(out) == f"ray_submit: job {sid}-r1 FAILED (lost in a Ray head restart, no retries left)"
     ledger = json.loads((record.parent / "train.attempts.json").read_text())
     assert [a["job"] for a in ledger["attempts"]] == [sid, f"{sid}-r1"]
     assert all(a["outcome"].startswith("LOST") and a["pod"] for a in ledger["attempts"])
     assert f"the attempt ledger {record.parent / 'train.attempts.json'} lists: {sid} (pod " in out
     assert _status(head.address, sid) is None and _status(head.address, f"{sid}-r1") is None
+
+
+def test_a_head_down_past_the_connect_timeout_ends_the_pod_and_the_next_goes_on_from_the_ledger(
+    restartable_head: RayHead, tmp_path: Path
+) -> None:
+    """The head stays down longer than --connect-timeout (a head pod that takes longer than that to come back): the
+    submitter exits 4, so the Job starts another pod, and leaves its attempt open in the ledger. The next pod, on the
+    restarted head, logs the restart, counts the attempt as lost and goes on with the next one, within the budget."""
+    head = restartable_head
+    sid = f"t-down-{uuid.uuid4().hex[:8]}"
+    record = tmp_path / "run" / "step-outcomes" / "train.json"
+    ledger_file = record.parent / "train.attempts.json"
+    marker = tmp_path / "runs.txt"
+    args = _args(head.address, sid, _first_run_hangs(marker, "trained-$((6*7))"), "--max-retries=1",
+                 "--max-resubmits=0", f"--record={record}", "--connect-timeout=6")  # fmt: skip
+    first = _start(args)
+    try:
+        wait_for(lambda: marker.exists() and _is_running(head.address, sid), 90, f"{sid} to run")
+        head.stop()
+        try:
+            first_out, _ = first.communicate(timeout=120)
+        finally:
+            head.start()  # the module's other tests need it back, whatever happened
+    finally:
+        first.kill()
+    assert first.returncode == errors.EXIT_UNREACHABLE, first_out
+    assert f"Ray at {head.address} is not answering" in first_out
+    assert not (record.parent / "submitter.lock").exists()  # released: the next pod need not wait out --lock-ttl
+    open_entries = json.loads(ledger_file.read_text())["attempts"]
+    assert [(a["job"], a["outcome"]) for a in open_entries] == [(sid, None)]
+
+    second = _run(args, timeout=180)
+    out = second.stdout
+    assert second.returncode == errors.EXIT_SUCCEEDED, out
+    assert "the Ray head restarted since" in out
+    assert f"{sid} was submitted but the Ray head does not know it: lost with a head restart, and counted" in out
+    assert f"retrying as {sid}-r1 (retry 1 of 1)" in out
+    assert _last_line(out) == f"ray_submit: job {sid}-r1 SUCCEEDED"
+    assert marker.read_text().splitlines() == ["run", "run"]
+    ledger = json.loads(ledger_file.read_text())["attempts"]
+    assert [a["job"] for a in ledger] == [sid, f"{sid}-r1"]
+    assert ledger[0]["outcome"].startswith("LOST") and ledger[1]["outcome"] == "SUCCEEDED"
+    assert [a["job"] for a in json.loads(record.read_text())["attempts"]] == [sid, f"{sid}-r1"]
 
 
 def test_two_submitters_of_one_run_never_run_train_at_once(restartable_head: RayHead, tmp_path: Path) -> None:
@@ -291,8 +335,9 @@ def test_two_submitters_of_one_run_never_run_train_at_once(restartable_head: Ray
 
 
 def test_the_resume_recipe_works_with_the_ledger(ray_address: str, tmp_path: Path) -> None:
-    """docs/operations.md: a stopped attempt is resumed by `ray job delete <id>` and a new submitter pod; the attempt
-    ledger knows the attempt ended STOPPED on this very head, so the deletion was a person's, and the id runs again."""
+    """A stopped attempt resumed by hand with `ray job delete <id>` and a new submitter pod (the docs' way is a rerun,
+    tests/jobs/test_rerun.py): the attempt ledger knows the attempt ended STOPPED on this very head, so the deletion
+    was a person's, and the id runs again."""
     sid = f"t-resume-{uuid.uuid4().hex[:8]}"
     record = tmp_path / "run" / "step-outcomes" / "train.json"
     marker = tmp_path / "runs.txt"

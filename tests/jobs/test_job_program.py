@@ -770,8 +770,11 @@ def test_the_project_files_defaults_are_the_programs(infra_outputs, stack):
     import yaml
     from launcher.settings import _OBJECT_KEYS, _PLAIN_KEYS
 
-    declared = yaml.safe_load((JOBS / "Pulumi.yaml").read_text())["config"]
-    assert set(declared) == {*_PLAIN_KEYS, *_OBJECT_KEYS}
+    project_file = (JOBS / "Pulumi.yaml").read_text()
+    declared = yaml.safe_load(project_file)["config"]
+    # Pulumi's schema has no object type: `rerun` is read but not declared, and the file's comment says so.
+    assert set(declared) == {*_PLAIN_KEYS, *_OBJECT_KEYS} - {"rerun"}
+    assert "the object key `rerun`" in project_file
     assert all(d.get("description") for d in declared.values())
     infra = infra_of(infra_outputs[stack])
     stack_file = yaml.safe_load((JOBS / f"Pulumi.{stack}.yaml").read_text())["config"]
