@@ -6,6 +6,7 @@ from launcher.cost import run_estimate
 from launcher.job import PipelineJob, PipelineJobArgs
 from launcher.pipeline import (
     PORT_FORWARD_ADDRESS,
+    admission_status_command,
     attempt_ids,
     checkpoint_dir,
     entrypoint_text,
@@ -54,6 +55,8 @@ async def main() -> None:
     pulumi.export("estimatedRun", run_estimate(job, infra))
     pulumi.export("modelUri", model_uri(job, infra))
     pulumi.export("evalSummary", eval_summary_show_command(job, infra))
+    # Which runs hold the cluster's GPU nodes and which queue for them (this one's Job log says it too).
+    pulumi.export("admissionStatus", admission_status_command(job, infra))
     pulumi.export(
         "pipeline", [{"step": s.name, "submissionId": s.submission_id, "entrypoint": entrypoint_text(s)} for s in steps]
     )

@@ -37,6 +37,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from submitter.admission import Admission
 
 EXIT_READY = 0
 EXIT_USAGE = 2
@@ -172,16 +176,22 @@ def wait(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     request: Callable[[Bundles], None] | None = None,
+    needed: Callable[[], int] | None = None,
 ) -> bool:
     """Poll until `nodes` GPU workers are alive; say how many there are whenever that changes. With `request`,
-    ask for the missing workers once the head answers and they are not all there, and withdraw it at the end."""
+    ask for the missing workers once the head answers and they are not all there, and withdraw it at the end. With
+    `needed` (the admitted runs' GPU nodes, this run's included), wait for that many when it is more: the workers
+    other runs hold are not this run's."""
     deadline = clock() + timeout_s
     last_seen: int | None = None
     requested = False
     last_problem = ""
+    wanted = nodes
     try:
         while True:
             try:
+                if needed is not None:
+                    wanted = max(nodes, needed())
                 ready = gpu_workers(list_nodes(), gpus_per_node)
             except AuthRefusedError:
                 raise
@@ -191,16 +201,16 @@ def wait(
                     say(f"the Ray head does not answer yet ({type(exc).__name__}: {str(exc)[:200]})")
             else:
                 if ready != last_seen:
-                    say(f"{ready} of {nodes} Ray GPU workers ({gpus_per_node} GPUs each) are up")
+                    say(f"{ready} of {wanted} Ray GPU workers ({gpus_per_node} GPUs each) are up")
             last_seen = ready
-            if ready >= nodes:
+            if ready >= wanted:
                 return True
             if request is not None and not requested and ready >= 0:
                 # Counted as made from the moment it is sent: a SIGTERM during the call may land after the request
                 # reached the cluster, and the `finally` below must withdraw it then too.
                 requested = True
                 try:
-                    request([{"GPU": gpus_per_node}] * nodes)
+                    request([{"GPU": gpus_per_node}] * wanted)
                 except Exception as exc:  # Ray Client not reachable yet: try again at the next look
                     requested = False
                     problem = f"could not ask the autoscaler yet ({type(exc).__name__}: {str(exc)[:200]})"
@@ -208,7 +218,7 @@ def wait(
                         say(problem)
                     last_problem = problem
                 else:
-                    say(f"asked the Ray autoscaler for {nodes} workers of {gpus_per_node} GPUs")
+                    say(f"asked the Ray autoscaler for {wanted} workers of {gpus_per_node} GPUs")
             if clock() >= deadline:
                 return False
             sleep(min(poll_s, max(0.0, deadline - clock())))
@@ -232,7 +242,7 @@ def withdraw(request: Callable[[Bundles], None], say: Callable[[str], None]) -> 
                 f"({type(exc).__name__}: {str(exc)[:200]})"
             )
         else:
-            say("withdrew the autoscaler request (idle workers may scale down again)")
+            say("withdrew this run's autoscaler request (idle workers may scale down unless another run asks for them)")
             return
 
 
@@ -248,6 +258,27 @@ def leave_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, leave)
 
 
+def admitted_run(directory: str, run: str, address: str) -> Admission:
+    from submitter.admission import Admission
+    from submitter.output import Output
+
+    return Admission(directory, run, Output(prefix="wait_for_workers:"), address.rstrip("/"))
+
+
+def summed_request(
+    admission: Admission, request: Callable[[Bundles], None], gpus_per_node: int, say: Callable[[str], None]
+) -> Callable[[Bundles], None]:
+    """The autoscaler request as the sum of the admitted runs' GPU nodes: asking marks this run's wait as wanting
+    it, withdrawing unmarks it; the request stands while any admitted run waits (see submitter/admission.py)."""
+
+    def summed(bundles: Bundles) -> None:
+        total, standing = admission.set_waiting(bool(bundles), request, gpus_per_node)
+        if not bundles and standing:
+            say(f"the autoscaler request stays at {total} workers: another admitted run still waits for its nodes")
+
+    return summed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--address", required=True, help="the Ray dashboard/Jobs API, http://HOST:8265")
@@ -258,12 +289,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--request-address", help="Ray Client address (ray://HOST:10001): ask the autoscaler for the workers first"
     )
+    parser.add_argument(
+        "--admission-dir",
+        help="the cluster's run admission folder: wait for the GPU nodes of every admitted run, and set the "
+        "autoscaler request to their sum (needs --run)",
+    )
+    parser.add_argument("--run", help="this run's name in the admission folder")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else EXIT_READY
     if args.nodes < 1 or args.gpus_per_node < 1 or args.timeout_s < 0 or args.poll_s <= 0:
         print("wait_for_workers: --nodes and --gpus-per-node must be 1 or more, the times positive", file=sys.stderr)
+        return EXIT_USAGE
+    if bool(args.admission_dir) != bool(args.run):
+        print("wait_for_workers: --admission-dir and --run go together", file=sys.stderr)
         return EXIT_USAGE
 
     def say(message: str) -> None:
@@ -272,6 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     leave_on_sigterm()
     say(f"waiting up to {args.timeout_s:g} s for {args.nodes} GPU workers at {args.address}")
     request = ray_client_request(args.request_address) if args.request_address else None
+    needed = None
+    if args.admission_dir:
+        admission = admitted_run(args.admission_dir, args.run, args.address)
+        needed = admission.needed_nodes
+        if request is not None:
+            request = summed_request(admission, request, args.gpus_per_node, say)
     try:
         ready = wait(
             lambda: alive_nodes(args.address),
@@ -281,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             args.poll_s,
             say,
             request=request,
+            needed=needed,
         )
     except AuthRefusedError as exc:
         say(f"{exc}; not waiting")

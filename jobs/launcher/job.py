@@ -18,6 +18,7 @@ JOBS_DIR = Path(__file__).resolve().parent.parent
 SCRIPT_FILES = (
     "ray_submit.py",
     "wait_for_workers.py",
+    "admission.py",
     "scripts/prepare_gsm8k.py",
     "scripts/convert_checkpoint.py",
     "scripts/checkpoint_guard.py",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, replace
 
+from submitter.admission import ADMISSION_DIR
 from submitter.attempts import DEFAULT_MAX_RESUBMITS, attempt_id
 
 from launcher.settings import (
@@ -22,6 +23,10 @@ SUBMITTER = f"{SCRIPTS_MOUNT}/ray_submit.py"
 # ray_submit.py's modules, in a folder beside it (in the ConfigMap volume and in the per-run copy on Lustre).
 SUBMITTER_PACKAGE = "submitter"
 WAIT_FOR_WORKERS = f"{SCRIPTS_MOUNT}/wait_for_workers.py"
+ADMISSION = f"{SCRIPTS_MOUNT}/admission.py"
+# Inside the submitter pod (a shell word, expanded there): written by the admission holder once the run may use its
+# GPU nodes.
+ADMITTED_FILE = '"${TMPDIR:-/tmp}/nemo-rl-admitted"'
 BENCHMARK_SUMMARY = f"{SCRIPTS_MOUNT}/benchmark_summary.py"
 # The data NeMo RL's performance recipes train on (data.dataset_name OpenMathInstruct-2: the hub dataset's train_1M
 # split, 5% held out for validation with the recipe's seed), prepared on Lustre once like GSM8K.
@@ -553,11 +558,7 @@ def eval_summary_show_command(job: JobSettings, infra: InfraOutputs) -> str:
     mounts /data; "" when the run evaluates nothing."""
     if not (job.eval_base or job.eval_final):
         return ""
-    head_service = infra.ray_address.removeprefix("http://").split(".", 1)[0]
-    return (
-        f"kubectl --namespace {infra.namespace} exec service/{head_service} -c {RAY_HEAD_CONTAINER} -- "
-        f"cat {eval_summary_file(job, infra)}"
-    )
+    return head_exec(infra, ["cat", eval_summary_file(job, infra)])
 
 
 def eval_summary_command(job: JobSettings, infra: InfraOutputs) -> list[str]:
@@ -580,9 +581,49 @@ def entrypoint_text(step: Step) -> str:
 
 
 def gpu_nodes_to_check(job: JobSettings, infra: InfraOutputs) -> int:
-    """GPU nodes the pipeline waits for and the pre-flight checks: every worker the Ray cluster holds anyway, or,
-    with the autoscaler, just the run's (asking for more would start, and bill, nodes the run never uses)."""
-    return job.num_nodes if infra.ray_autoscaling else infra.ray_worker_replicas
+    """GPU nodes the pipeline is admitted for, waits for and the pre-flight checks: the run's own. Other runs of the
+    cluster may hold the other workers (a check there would wait for their GPUs), and with the autoscaler asking for
+    more would start, and bill, nodes the run never uses."""
+    return job.num_nodes
+
+
+def admission_dir(infra: InfraOutputs) -> str:
+    """The cluster's run admission folder on Lustre (submitter/admission.py), shared by every run of the cluster."""
+    return f"{infra.mount_path}/{ADMISSION_DIR}"
+
+
+def admission_command(job: JobSettings, infra: InfraOutputs, steps: list[Step]) -> list[str]:
+    """admission.py hold: queue the run for its GPU nodes and hold its place while the pipeline runs (the pipeline
+    adds --ready-file)."""
+    return [
+        "python",
+        ADMISSION,
+        "hold",
+        f"--dir={admission_dir(infra)}",
+        f"--run={job.run_name}",
+        f"--nodes={gpu_nodes_to_check(job, infra)}",
+        f"--capacity={infra.ray_worker_replicas}",
+        f"--address={infra.ray_address}",
+        *(f"--submission-id={step.submission_id}" for step in steps),
+    ]
+
+
+def head_exec(infra: InfraOutputs, command: list[str]) -> str:
+    """A workstation command that runs `command` in the Ray head's container, which mounts the Lustre volume."""
+    head_service = infra.ray_address.removeprefix("http://").split(".", 1)[0]
+    return (
+        f"kubectl --namespace {infra.namespace} exec service/{head_service} -c {RAY_HEAD_CONTAINER} -- "
+        f"{shlex.join(command)}"
+    )
+
+
+def admission_status_command(job: JobSettings, infra: InfraOutputs) -> str:
+    """Which runs hold the cluster's GPU nodes and which wait, from a workstation (the copy of our scripts the
+    pipeline leaves on Lustre)."""
+    script = f"{scripts_dir(job, infra)}/admission.py"
+    return head_exec(
+        infra, ["python", script, "status", f"--dir={admission_dir(infra)}", f"--capacity={infra.ray_worker_replicas}"]
+    )
 
 
 def wait_for_workers(script: str, nodes: int, job: JobSettings, infra: InfraOutputs) -> list[str]:
@@ -599,7 +640,8 @@ def wait_for_workers(script: str, nodes: int, job: JobSettings, infra: InfraOutp
     if infra.ray_autoscaling and infra.ray_client_address:
         # The GPU group starts at zero: ask the autoscaler for the workers, then wait for them.
         wait.append(f"--request-address={infra.ray_client_address}")
-    return wait
+    # Other admitted runs hold workers too: wait for theirs and this run's, and ask for them all at once.
+    return [*wait, f"--admission-dir={admission_dir(infra)}", f"--run={job.run_name}"]
 
 
 def submit_command(step: Step, job: JobSettings, infra: InfraOutputs) -> list[str]:
@@ -637,12 +679,29 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
         'in_background() { "$@" & child=$!; wait "$child"; }',
         f"mkdir -p {shlex.quote(scripts)}",
         f"cp -RL {SCRIPTS_MOUNT}/*.py {SCRIPTS_MOUNT}/{SUBMITTER_PACKAGE} {shlex.quote(scripts)}/",
+        # The run's place on the GPU nodes (admission.py): queued until its nodes fit beside the admitted runs',
+        # held while this pod lives and released when it ends, whatever ends it.
+        "admission=",
+        # (`|| true`: errexit holds in traps, and the exit status must stay the step's.)
+        'trap \'if [ -n "$admission" ]; then kill -TERM "$admission" 2>/dev/null || true; '
+        'wait "$admission" || true; fi\' EXIT',
+        "admit() {",
+        f"  rm -f {ADMITTED_FILE}",
+        f"  {shlex.join(admission_command(job, infra, steps))} --ready-file={ADMITTED_FILE} &",
+        "  admission=$!",
+        f"  until [ -e {ADMITTED_FILE} ]; do",
+        '    if ! kill -0 "$admission" 2>/dev/null; then wait "$admission" || exit $?; exit 4; fi',
+        "    sleep 1",
+        "  done",
+        "}",
         # GPU nodes come from zero: wait for them (a timeout exits 4 and the Job retries) rather than let a Ray job
         # fail for lack of workers, which would spend its submission id. Once, before the first step without an
-        # outcome record: a pod that finds every step recorded (a replaced Job of a finished run) starts no GPU node.
+        # outcome record: a pod that finds every step recorded (a replaced Job of a finished run) neither queues nor
+        # starts a GPU node.
         "workers_ready=",
         "await_workers() {",
         '  if [ -n "$workers_ready" ]; then return 0; fi',
+        "  admit",
         f"  in_background {shlex.join(wait)} || exit $?",
         "  workers_ready=1",
         "}",

@@ -20,7 +20,8 @@ MIN_SCRUB_LEN = 4
 class Output:
     """Serialises everything written to stdout; our own messages always start on a fresh line."""
 
-    def __init__(self, secrets: Sequence[str] = ()) -> None:
+    def __init__(self, secrets: Sequence[str] = (), prefix: str = PREFIX) -> None:
+        self.prefix = prefix
         # Re-entrant: the signal handler may speak while the main thread is inside a write.
         self._lock = threading.RLock()
         self._at_line_start = True
@@ -44,7 +45,7 @@ class Output:
         """Write one message of ours, prefixed and scrubbed of secret values."""
         with self._lock:
             lead = "" if self._at_line_start else "\n"
-            sys.stdout.write(f"{lead}{PREFIX} {self.scrub(message)}\n")
+            sys.stdout.write(f"{lead}{self.prefix} {self.scrub(message)}\n")
             sys.stdout.flush()
             self._at_line_start = True
 

@@ -93,6 +93,19 @@ class Outage:
                 return result
 
 
+def jobs_api(address: str, method: str, path: str, timeout_s: float) -> Any:
+    """One request to the Jobs API with its own time limit (connect and answer); the JSON answer, or None for 404
+    (no such job)."""
+    request = urllib.request.Request(f"{address}{path}", method=method, headers=auth_headers())
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+            return json.loads(resp.read().decode("utf-8", "replace") or "{}")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
 def probe_version(address: str) -> str:
     """One GET /api/version; the head's session name. Raises OSError (or RuntimeError for a non-Ray answer) unless
     the Jobs API answers."""

@@ -40,8 +40,10 @@ def lock_path(record_path: str) -> str:
 
 
 class RunLock:
-    def __init__(self, path: str, ttl_s: float, out: Output, holder: str | None = None) -> None:
-        self.path, self.ttl_s, self.out = path, ttl_s, out
+    def __init__(
+        self, path: str, ttl_s: float, out: Output, holder: str | None = None, subject: str = "the run"
+    ) -> None:
+        self.path, self.ttl_s, self.out, self.subject = path, ttl_s, out, subject
         self.holder = holder or f"{pod_name()} pid {os.getpid()} ({uuid.uuid4().hex[:8]})"
         self.lost = threading.Event()
         self._released = threading.Event()
@@ -82,12 +84,14 @@ class RunLock:
                 with contextlib.suppress(FileNotFoundError):  # another contender moved it first
                     os.rename(self.path, aside)
                     os.unlink(aside)
-                    self.out.say(f"took over the run from {holder}, silent for {age:.0f} s (over {self.ttl_s:g} s)")
+                    self.out.say(
+                        f"took over {self.subject} from {holder}, silent for {age:.0f} s (over {self.ttl_s:g} s)"
+                    )
                 continue
             if holder != said:
                 self.out.say(
-                    f"the run is held by another submitter, {holder} (renewed {age:.0f} s ago); waiting until it "
-                    f"ends or is silent for {self.ttl_s:g} s"
+                    f"{self.subject} is held by another submitter, {holder} (renewed {age:.0f} s ago); waiting "
+                    f"until it ends or is silent for {self.ttl_s:g} s"
                 )
                 said = holder
             if time.monotonic() > deadline:

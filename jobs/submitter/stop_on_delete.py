@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 from submitter.attempts import Current
 from submitter.errors import EXIT_SIGINT, EXIT_SIGTERM
 from submitter.output import Output, short
-from submitter.ray_auth import auth_headers
+from submitter.ray_api import jobs_api
 
 # Stopping a deleted run's job: each request's own limit (a head that accepts connections and never answers must not
 # hold the pod past its grace period), the pause between two polls, and when a stop request is sent again to a job
@@ -97,18 +97,6 @@ class K8sRun:
         return True, f"Job {self.job} and the run marker {self.marker} are being deleted: the run is being destroyed"
 
 
-def _jobs_api(address: str, method: str, path: str, timeout_s: float) -> dict[str, Any] | None:
-    """One request to the Jobs API with its own time limit (connect and answer); None for 404 (no such job)."""
-    request = urllib.request.Request(f"{address}{path}", method=method, headers=auth_headers())
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
-            return dict(json.loads(resp.read().decode("utf-8", "replace") or "{}"))
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise
-
-
 def stop_and_wait(
     address: str, attempt: str, timeout_s: float, out: Output, clock: Callable[[], float] = time.monotonic
 ) -> bool:
@@ -121,7 +109,7 @@ def stop_and_wait(
     job_path = f"/api/jobs/{urllib.parse.quote(attempt, safe='')}"
     while (left := deadline - clock()) > 0:
         try:
-            info = _jobs_api(address, "GET", job_path, min(STOP_REQUEST_TIMEOUT_S, left))
+            info = jobs_api(address, "GET", job_path, min(STOP_REQUEST_TIMEOUT_S, left))
             if info is None or info.get("submission_id", attempt) != attempt:  # not ours: a driver job id
                 out.say(f"job {attempt} does not exist; nothing to stop")
                 return True
@@ -130,9 +118,7 @@ def stop_and_wait(
                 out.say(f"job {attempt} is {status}")
                 return True
             if asked_at is None or clock() - asked_at >= STOP_AGAIN_S:
-                _jobs_api(
-                    address, "POST", f"{job_path}/stop", min(STOP_REQUEST_TIMEOUT_S, max(deadline - clock(), 0.1))
-                )
+                jobs_api(address, "POST", f"{job_path}/stop", min(STOP_REQUEST_TIMEOUT_S, max(deadline - clock(), 0.1)))
                 if asked_at is None:
                     out.say(f"asked Ray to stop job {attempt}; waiting up to {timeout_s:g} s for STOPPED")
                 asked_at = clock()

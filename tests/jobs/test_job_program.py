@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, shared_infra_run
+from fake_tools import fake_env, fake_tools
 from launcher.job import SCRIPT_FILES
 from launcher.pipeline import (
     SCRIPTS_MOUNT,
@@ -249,16 +250,6 @@ def test_entrypoints_pin_nothing_at_run_time(infra_outputs):
     assert "--capacity-gib=18000" in lustre.entrypoint and "--tier-mbps-per-tib=500" in lustre.entrypoint
 
 
-def _fake_tools(tmp_path: Path, python_body: str) -> Path:
-    """A bin folder for running pipeline.sh outside the pod: `python` runs python_body, mkdir and cp do nothing."""
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    for tool, body in (("python", python_body), ("mkdir", "exit 0\n"), ("cp", "exit 0\n")):
-        (fake_bin / tool).write_text("#!/bin/bash\n" + body)
-        (fake_bin / tool).chmod(0o755)
-    return fake_bin
-
-
 def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failure(infra_outputs, tmp_path: Path):
     """Run the generated script with a fake submitter: steps in order, stop at the first failure, exit code kept."""
     import subprocess
@@ -269,16 +260,14 @@ def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failu
     script = pipeline_script(job, infra, steps)
     log = tmp_path / "calls.log"
     # `python SUBMITTER ... --submission-id=ID ...`: record the id; fail with 3 on the train step.
-    fake_bin = _fake_tools(
+    fake_bin = fake_tools(
         tmp_path,
         'id="$(basename "$1")"\n'  # the script run; for the submitter, its submission id
         f'for a in "$@"; do case "$a" in --submission-id=*) id="${{a#*=}}";; esac; done\n'
         f'echo "$id" >> {log}\n'
         'case "$id" in *-train) exit 3;; esac\n',
     )
-    result = subprocess.run(
-        ["bash", "-c", script], env={"PATH": f"{fake_bin}:/usr/bin:/bin"}, capture_output=True, text=True, check=False
-    )
+    result = subprocess.run(["bash", "-c", script], env=fake_env(fake_bin), capture_output=True, text=True, check=False)
     assert result.returncode == 3
     assert log.read_text().split() == [
         "wait_for_workers.py",
@@ -304,13 +293,13 @@ def test_each_step_is_recorded_on_lustre_and_recorded_steps_wait_for_no_gpu(infr
     script = pipeline_script(job, infra, steps)
     outcomes = tmp_path / "data" / "exp3" / "step-outcomes"
     for step in steps:
-        line = next(line for line in script.splitlines() if f"--submission-id={step.submission_id} " in line)
+        line = next(x for x in script.splitlines() if SUBMITTER in x and f"--submission-id={step.submission_id} " in x)
         words = shlex.split(line.removesuffix(" || {"))
         assert f"--record={outcomes}/{step.name}.json" in words
         # A head restart costs the train step an attempt (within maxRestarts); the others are submitted again.
         assert ("--max-resubmits=0" in words) == (step.name == "train"), step.name
     log = tmp_path / "calls.log"
-    fake_bin = _fake_tools(
+    fake_bin = fake_tools(
         tmp_path,
         'id="$(basename "$1")"\n'
         'for a in "$@"; do case "$a" in --submission-id=*) id="${a#*=}";; esac; done\n'
@@ -319,9 +308,7 @@ def test_each_step_is_recorded_on_lustre_and_recorded_steps_wait_for_no_gpu(infr
 
     def calls() -> list[str]:
         log.unlink(missing_ok=True)
-        done = subprocess.run(
-            ["bash", "-c", script], env={"PATH": f"{fake_bin}:/usr/bin:/bin"}, capture_output=True, text=True
-        )
+        done = subprocess.run(["bash", "-c", script], env=fake_env(fake_bin), capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         # The worker wait and the step submissions, in order (other helpers the script runs are not looked at).
         return [call for call in log.read_text().split() if call == "wait_for_workers.py" or call in ids]
@@ -351,7 +338,9 @@ def test_submitter_gets_the_entrypoint_as_one_bash_command(infra_outputs):
     job = job_with(infra)
     steps = pipeline_steps(job, infra)
     script = pipeline_script(job, infra, steps)
-    line = next(line for line in script.splitlines() if "--submission-id=grpo-gsm8k-train" in line)
+    line = next(
+        line for line in script.splitlines() if SUBMITTER in line and "--submission-id=grpo-gsm8k-train" in line
+    )
     words = shlex.split(line.removesuffix(" || {"))
     after = words[words.index("--") + 1 :]
     train = next(s for s in steps if s.name == "train")
@@ -389,8 +378,8 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     package = {f"{SUBMITTER_PACKAGE}.{module.name}" for module in (JOBS / SUBMITTER_PACKAGE).glob("*.py")}
     assert {f"{SUBMITTER_PACKAGE}.{name}" for name in ("cli.py", "attempts.py", "stop_on_delete.py")} <= package
     assert set(config_map["data"]) == {
-        "ray_submit.py", "wait_for_workers.py", "prepare_gsm8k.py", "convert_checkpoint.py", "nccl_allreduce.py",
-        "lustre_io.py", "checkpoint_guard.py", "export_gcs.py", "eval_model.py", "eval_summary.py",
+        "ray_submit.py", "wait_for_workers.py", "admission.py", "prepare_gsm8k.py", "convert_checkpoint.py",
+        "nccl_allreduce.py", "lustre_io.py", "checkpoint_guard.py", "export_gcs.py", "eval_model.py", "eval_summary.py",
         "prefetch_weights.py", "prepare_openmathinstruct2.py", "benchmark_summary.py", "pipeline.sh", *package,
     }  # fmt: skip
     assert config_map["data"]["ray_submit.py"] == (JOBS / "ray_submit.py").read_text()
@@ -553,7 +542,9 @@ def test_nothing_may_connect_to_the_submitter(infra_outputs):
 
 
 def _submit_line(script: str, submission_id: str) -> list[str]:
-    line = next(line for line in script.splitlines() if f"--submission-id={submission_id}" in line)
+    line = next(
+        line for line in script.splitlines() if SUBMITTER in line and f"--submission-id={submission_id}" in line
+    )
     return shlex.split(line.removeprefix("in_background ").removesuffix(" || {"))
 
 
@@ -576,6 +567,9 @@ def test_only_the_train_step_is_retried_and_each_attempt_guards_the_checkpoints(
         f"--nodes={job.num_nodes}",
         "--gpus-per-node=8",
         f"--timeout-s={job.wait_for_workers_minutes * 60}",
+        # It waits for every admitted run's nodes, this one's included (submitter/admission.py).
+        "--admission-dir=/data/.run-admission",
+        "--run=exp3",
     ]
     assert guard == "python /data/exp3/scripts/checkpoint_guard.py --checkpoint-dir=/data/exp3"
     assert run.startswith("cd /opt/nemo-rl && uv run python examples/run_grpo_math.py")
@@ -601,6 +595,8 @@ def test_the_guard_and_the_submitter_agree_on_the_checkpoint_dir(infra_outputs):
 
 # Scripts that talk to the Ray cluster; every other script run with the image's plain python gets the stdlib only.
 RAY_CLIENTS = {"ray_submit.py", "wait_for_workers.py"}
+# Scripts that import the submitter's package, shipped beside them.
+SUBMITTER_USERS = {"ray_submit.py", "wait_for_workers.py", "admission.py"}
 
 
 def plain_python_scripts(words: list[str]) -> list[str]:
@@ -625,7 +621,10 @@ def test_scripts_run_with_the_images_plain_python_import_only_what_it_has(infra_
     steps = pipeline_steps(job, infra)
     used = {name for s in steps for name in plain_python_scripts(s.entrypoint)}
     used |= set(plain_python_scripts(shlex.split(pipeline_script(job, infra, steps))))
-    assert used == {"checkpoint_guard.py", "export_gcs.py", "ray_submit.py", "wait_for_workers.py", "eval_summary.py"}
+    assert used == {
+        "checkpoint_guard.py", "export_gcs.py", "ray_submit.py", "wait_for_workers.py", "eval_summary.py",
+        "admission.py",
+    }  # fmt: skip
     files = [(Path(f).name, JOBS / f) for f in SCRIPT_FILES if Path(f).name in used]
     # The submitter's own package, shipped beside it: each module under the submitter's rules.
     files += [("ray_submit.py", module) for module in sorted((JOBS / SUBMITTER_PACKAGE).glob("*.py"))]
@@ -634,7 +633,7 @@ def test_scripts_run_with_the_images_plain_python_import_only_what_it_has(infra_
         assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree)), path  # absolute only
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-        own = [SUBMITTER_PACKAGE] if name == "ray_submit.py" else []
+        own = [SUBMITTER_PACKAGE] if name in SUBMITTER_USERS else []
         allowed = {*sys.stdlib_module_names, "__future__", *(["ray"] if name in RAY_CLIENTS else []), *own}
         assert {m.split(".")[0] for m in imported} <= allowed, path
 
@@ -718,14 +717,14 @@ def test_the_pipeline_passes_sigterm_on_to_the_submitter(infra_outputs, tmp_path
     script = pipeline_script(job, infra, pipeline_steps(job, infra))
     log = tmp_path / "calls.log"
     # The fake submitter blocks on the train step and records the signal it receives.
-    fake_bin = _fake_tools(
+    fake_bin = fake_tools(
         tmp_path,
         'case "$*" in *--submission-id=exp5-train*) ;; *) exit 0;; esac\n'
         f"trap 'echo got-TERM >> {log}; exit 143' TERM\n"
         f"echo started >> {log}\n"
         "while true; do sleep 0.1; done\n",
     )
-    proc = subprocess.Popen(["bash", "-c", script], env={"PATH": f"{fake_bin}:/usr/bin:/bin"}, text=True)
+    proc = subprocess.Popen(["bash", "-c", script], env=fake_env(fake_bin), text=True)
     try:
         deadline = time.monotonic() + 20
         while not (log.exists() and "started" in log.read_text()) and time.monotonic() < deadline:

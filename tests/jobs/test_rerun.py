@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, shared_infra_run
+from fake_tools import fake_env, fake_tools
 from launcher.pipeline import (
     SUBMITTER,
     outcome_record,
@@ -126,21 +127,13 @@ def test_the_pipeline_reruns_only_the_named_step_and_waits_for_the_gpus_first(
     for step in plain:
         (outcomes / f"{step.name}.json").write_text("{}")
     log = tmp_path / "calls.log"
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    bodies = {
-        "python": 'id="$(basename "$1")"\nfor a in "$@"; do case "$a" in --submission-id=*) id="${a#*=}";; esac; '
-        f'done\necho "$id" >> {log}\n',
-        "mkdir": "exit 0\n",
-        "cp": "exit 0\n",
-    }
-    for tool, body in bodies.items():
-        (fake_bin / tool).write_text("#!/bin/bash\n" + body)
-        (fake_bin / tool).chmod(0o755)
-    script = pipeline_script(job, infra, steps)
-    done = subprocess.run(
-        ["bash", "-c", script], env={"PATH": f"{fake_bin}:/usr/bin:/bin"}, capture_output=True, text=True, check=False
+    fake_bin = fake_tools(
+        tmp_path,
+        'id="$(basename "$1")"\nfor a in "$@"; do case "$a" in --submission-id=*) id="${a#*=}";; esac; done\n'
+        f'echo "$id" >> {log}\n',
     )
+    script = pipeline_script(job, infra, steps)
+    done = subprocess.run(["bash", "-c", script], env=fake_env(fake_bin), capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     ids = [step.submission_id for step in steps]
     calls = [call for call in log.read_text().split() if call in ids or call == "wait_for_workers.py"]

@@ -128,7 +128,7 @@ def test_asks_for_missing_workers_once_then_withdraws_when_ready():
     assert ready is True
     assert requests == [[{"GPU": 8}, {"GPU": 8}], []]  # asked once, withdrawn at the end
     assert "asked the Ray autoscaler for 2 workers of 8 GPUs" in said
-    assert said[-1].startswith("withdrew the autoscaler request")
+    assert said[-1].startswith("withdrew this run's autoscaler request")
 
 
 def test_no_request_when_the_workers_are_already_there():
@@ -182,7 +182,7 @@ def test_a_failed_withdrawal_is_tried_again():
     said: list[str] = []
     assert wfw.wait(lambda: [node(0)], 1, 8, 10, 10, said.append, time.clock, time.sleep, request) is False
     assert calls == [[{"GPU": 8}]] + [[]] * wfw.WITHDRAW_ATTEMPTS  # the last withdrawal got through
-    assert said[-1].startswith("withdrew the autoscaler request")
+    assert said[-1].startswith("withdrew this run's autoscaler request")
     assert f"attempt {wfw.WITHDRAW_ATTEMPTS - 1} of {wfw.WITHDRAW_ATTEMPTS} (ConnectionError" in said[-2]
 
 
@@ -268,7 +268,7 @@ def test_request_reaches_a_real_head_and_is_withdrawn(ray_address: str, ray_clie
     out = timed_out.stdout + timed_out.stderr
     assert timed_out.returncode == wfw.EXIT_NOT_READY, out  # nobody brings GPUs here: the timeout path
     assert "asked the Ray autoscaler for 2 workers of 8 GPUs" in out, out
-    assert "withdrew the autoscaler request" in out, out
+    assert "withdrew this run's autoscaler request" in out, out
     assert standing_request(ray_gcs_address) == []
 
     # Enough workers already (the head offers HEAD_GPUS): no request is made.
@@ -287,17 +287,23 @@ def test_sigterm_withdraws_the_request_on_a_real_head(ray_address: str, ray_clie
         waiting.terminate()
         out, _ = waiting.communicate(timeout=120)
     assert waiting.returncode == wfw.EXIT_SIGTERM, out
-    assert "withdrew the autoscaler request" in out, out
+    assert "withdrew this run's autoscaler request" in out, out
     assert standing_request(ray_gcs_address) == []
 
 
-def test_a_train_attempts_wait_runs_as_a_ray_job(ray_address: str, ray_client_address: str):
+def test_a_train_attempts_wait_runs_as_a_ray_job(ray_address: str, ray_client_address: str, tmp_path: Path):
     """Each train attempt starts with the pipeline's wait, inside the Ray job (on the head, with the job driver's
     environment), submitted through ray_submit.py: here with the head's GPUs present it succeeds at once."""
     infra = SimpleNamespace(
-        ray_address=ray_address, gpus_per_node=HEAD_GPUS, ray_autoscaling=True, ray_client_address=ray_client_address
+        ray_address=ray_address,
+        gpus_per_node=HEAD_GPUS,
+        ray_autoscaling=True,
+        ray_client_address=ray_client_address,
+        mount_path=str(tmp_path),  # the admission folder: no other run is admitted there
     )
-    words = wait_for_workers(str(SCRIPT), 1, cast(Any, SimpleNamespace(wait_for_workers_minutes=1)), cast(Any, infra))
+    job = SimpleNamespace(wait_for_workers_minutes=1, run_name="train-wait")
+    words = wait_for_workers(str(SCRIPT), 1, cast(Any, job), cast(Any, infra))
+    assert f"--admission-dir={tmp_path}/.run-admission" in words and "--run=train-wait" in words
     assert words[0] == "python" and f"--request-address={ray_client_address}" in words
     submission = f"train-wait-{uuid.uuid4().hex[:8]}"
     result = subprocess.run(
