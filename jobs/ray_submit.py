@@ -44,6 +44,7 @@ Each concern lives in its own module of the ``submitter`` package beside this fi
 * a Ray head restart told from a deleted job record (``--max-resubmits``): submitter/head_restart.py
 * step outcome records and the attempt ledger (``--record``): submitter/records.py
 * one submitter per run (``--record``, ``--lock-ttl``): submitter/run_lock.py
+* extending a finished or stopped run by a larger value of one key (``--extendable``): submitter/extension.py
 * following the job's log: submitter/log_follower.py
 * stopping the Ray job when the run is deleted (``--k8s-*``, stopOnDelete): submitter/stop_on_delete.py
 * Ray token authentication (``RAY_AUTH_MODE``, ``RAY_AUTH_TOKEN``): submitter/ray_auth.py

@@ -52,6 +52,8 @@ class Step:
     # A job lost in a Ray head restart once no retry remains: submitted again under its own id this often.
     max_resubmits: int = DEFAULT_MAX_RESUBMITS
     rerun: int = 0  # the job setting rerun's number for this step: 0, its first run
+    # A NeMo RL override whose larger value continues a finished or stopped run (ray_submit.py --extendable).
+    extendable: str = ""
 
 
 # Steps whose input is an earlier step's output (launcher steps only; NeMo RL's own reads are not listed): a rerun
@@ -523,6 +525,8 @@ def _planned_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
             # waits for the workers KubeRay recreates and resumes from the newest checkpoint); nothing beyond, so
             # a driver that keeps taking the head down (NeMo RL's driver runs on it) cannot loop forever.
             max_resubmits=0,
+            # Raising maxNumSteps extends the run: NeMo RL resumes from the newest checkpoint at the next step.
+            extendable="grpo.max_num_steps",
         )
     )
     if job.convert_to_hf:
@@ -654,6 +658,8 @@ def submit_command(step: Step, job: JobSettings, infra: InfraOutputs) -> list[st
     if step.max_resubmits != DEFAULT_MAX_RESUBMITS:
         command.append(f"--max-resubmits={step.max_resubmits}")
     command.append(f"--record={outcome_record(step, job, infra)}")
+    if step.extendable:
+        command.append(f"--extendable={step.extendable}")
     if job.stop_on_delete:
         command += [
             f"--k8s-job={job_name(job)}",

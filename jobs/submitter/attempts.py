@@ -42,6 +42,13 @@ from submitter.errors import (
     LostError,
     RejectedError,
 )
+from submitter.extension import (
+    changed_words,
+    extendable_value,
+    extended_to,
+    extension_id,
+    wait_until_none_live,
+)
 from submitter.head_restart import HeadIdentity, HeadRestartedError
 from submitter.log_follower import watch
 from submitter.output import Output, describe_runtime_env, short, short_text
@@ -55,6 +62,7 @@ from submitter.records import (
     read_record,
     record_success,
     rerun_hint,
+    write_record,
 )
 from submitter.run_lock import RunLock, lock_path
 
@@ -89,7 +97,8 @@ def check_command(info: JobDetails, attempt: str, entrypoint: str) -> None:
         # Following (or skipping) the old job would report a run this command never made.
         raise ConflictError(
             f"job {attempt} already exists with a different command ({short_text(info.entrypoint)}). A changed "
-            f"run needs a new submission id (a new run name), or `ray job delete {attempt}` to discard the old one"
+            f"run needs a new submission id (a new run name), or `ray job delete {attempt}` to discard the old one",
+            info.entrypoint,
         )
 
 
@@ -237,12 +246,14 @@ def outcome(info: JobDetails, attempt: str, out: Output, earlier: bool, advice: 
     return EXIT_FAILED
 
 
-def before_submitting(current: Current, ledger: AttemptLedger | None, attempt: int, aid: str, session: str) -> None:
+def before_submitting(
+    current: Current, ledger: AttemptLedger | None, attempt: int, aid: str, session: str, command: str
+) -> None:
     """Just before Ray is asked to run an attempt: this submitter still holds the run, and the ledger counts it."""
     if current.lock is not None:
         current.lock.check()
     if ledger is not None:
-        ledger.begin(attempt, aid, session)
+        ledger.begin(attempt, aid, session, command)
 
 
 class RecordedEndError(EndedError):
@@ -261,6 +272,7 @@ def continue_after_ledger(
     head: HeadIdentity,
     args: argparse.Namespace,
     out: Output,
+    entrypoint: str = "",
 ) -> tuple[int, bool, int]:
     """Where to go on from, by the larger of the ledger and Ray's table: (attempt, whether Ray's details of it still
     hold, resubmissions of it so far). The newest attempt the ledger started and Ray does not know went with a head
@@ -286,6 +298,11 @@ def continue_after_ledger(
     lost = attempt_id(sid, latest)
     ended = next(e for e in reversed(ledger.entries) if e["attempt"] == latest)
     outcome = ended.get("outcome") or ""
+    if outcome in ("FAILED", "STOPPED") and ended.get("command") and ended["command"] != entrypoint:
+        # It ended under another command, on a head that no longer knows it: as if Ray had shown it.
+        raise ConflictError(
+            f"{lost} ended {outcome} with another command ({short_text(ended['command'])})", ended["command"]
+        )
     if outcome in ("FAILED", "STOPPED"):
         if ended.get("ray_session") == head.session:
             # Ended, then removed from the table of the same head: a person's `ray job delete` (the resume recipe).
@@ -330,9 +347,17 @@ def run(
     current.lock.acquire(args.connect_timeout)
     try:
         # Under the lock: the record and the ledger as the run's last holder left them.
-        return run_recorded(args, entrypoint, runtime_env, out, current)
+        try:
+            return run_recorded(args, entrypoint, runtime_env, out, current)
+        except ConflictError as exc:
+            value = extended_to(exc.old_command, entrypoint, args.extendable) if args.extendable else None
+            if value is None:
+                raise
+            return run_extension(args, entrypoint, runtime_env, out, current, exc.old_command, value)
     except ConflictError as exc:  # a changed command under a used id: the launcher's way out is a rerun
-        raise ConflictError(f"{exc}{rerun_hint(args.record)}") from None
+        changed = f" Changed: {changed_words(exc.old_command, entrypoint)}." if exc.old_command else ""
+        only = f" Only a larger {args.extendable} extends a run." if args.extendable else ""
+        raise ConflictError(f"{exc}{changed}{only}{rerun_hint(args.record)}", exc.old_command) from None
     finally:
         current.lock.release()
 
@@ -345,7 +370,8 @@ def run_recorded(
     sid = args.submission_id
     record = read_record(args.record)
     if record is not None:
-        check_record(record, args.record, sid, entrypoint)
+        if not _extensions_record(record, sid, entrypoint, args.extendable):
+            check_record(record, args.record, sid, entrypoint)
         current.id = record["job"]
         out.say(
             f"the step record {args.record} says job {record['job']} SUCCEEDED ({record.get('recorded_at', '')}); "
@@ -355,6 +381,47 @@ def run_recorded(
         return EXIT_SUCCEEDED
     ledger = AttemptLedger(ledger_path(args.record), sid, pod_name())
     return run_attempts(args, entrypoint, runtime_env, out, current, ledger)
+
+
+def _extensions_record(record: dict[str, Any], sid: str, entrypoint: str, key: str | None) -> bool:
+    """The record of an extension (ID-steps<N>) that succeeded with exactly this command."""
+    value = extendable_value(entrypoint, key) if key else None
+    return (
+        value is not None
+        and record.get("command") == entrypoint
+        and record.get("submission_id") == extension_id(sid, value)
+    )
+
+
+def run_extension(
+    args: argparse.Namespace,
+    entrypoint: str,
+    runtime_env: dict[str, Any] | None,
+    out: Output,
+    current: Current,
+    old_command: str,
+    value: int,
+) -> int:
+    """The run goes on with a larger ``--extendable`` value (submitter/extension.py): new attempts under
+    ``ID-steps<value>``, with a ledger and a retry budget of their own, once no old attempt runs any more."""
+    sid = args.submission_id
+    new_sid = extension_id(sid, value)
+    old = extendable_value(old_command, args.extendable)
+    out.say(
+        f"{sid} ran with {args.extendable}={old}; extending the run to {value}: its next attempts are {new_sid}, "
+        f"{attempt_id(new_sid, 1)} ... ({args.max_retries} retries), resuming from the newest checkpoint"
+    )
+    wait_until_none_live(args.address, sid, out)
+    record = read_record(args.record)
+    if record is not None and record.get("submission_id") != new_sid:
+        # The finished run's record stays beside the new one.
+        history = f"{args.record}.before-{args.extendable}-{value}"
+        write_record(history, record)
+        out.say(f"kept the record of {record.get('job')} as {history}")
+    extension = argparse.Namespace(**{**vars(args), "submission_id": new_sid})
+    current.id = new_sid
+    ledger = AttemptLedger(ledger_path(args.record, f"steps{value}"), new_sid, pod_name())
+    return run_attempts(extension, entrypoint, runtime_env, out, current, ledger)
 
 
 def run_attempts(
@@ -382,12 +449,12 @@ def run_attempts(
     resubmits = 0
     if ledger is not None and ledger.entries:
         current.id = attempt_id(sid, max(attempt, ledger.latest()))  # what a spent budget's last line names
-        attempt, still, resubmits = continue_after_ledger(ledger, attempt, info, head, args, out)
+        attempt, still, resubmits = continue_after_ledger(ledger, attempt, info, head, args, out, entrypoint)
         if not still:
             info = outage.call(functools.partial(lookup, client, attempt_id(sid, attempt)), "looking up the job")
     while True:
         aid = current.id = attempt_id(sid, attempt)
-        opened = functools.partial(before_submitting, current, ledger, attempt, aid, head.session)
+        opened = functools.partial(before_submitting, current, ledger, attempt, aid, head.session, entrypoint)
         try:
             final, earlier = settle(client, aid, entrypoint, runtime_env, outage, out, info, head, opened)
         except HeadRestartedError as lost:

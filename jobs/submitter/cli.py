@@ -34,7 +34,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict
         prog="ray_submit.py",
         description="Submit (or re-attach to) a Ray job under a fixed submission id and wait for it.",
         usage="%(prog)s --address http://HOST:8265 --submission-id ID [--connect-timeout SECONDS] "
-        "[--runtime-env-json JSON] [--max-retries N] [--max-resubmits N] [--record FILE [--lock-ttl SECONDS]] "
+        "[--runtime-env-json JSON] [--max-retries N] [--max-resubmits N] "
+        "[--record FILE [--lock-ttl SECONDS] [--extendable KEY]] "
         "[--k8s-job NAME --k8s-run-marker NAME --k8s-namespace NS [--k8s-api URL] [--stop-timeout SECONDS]] "
         "-- ENTRYPOINT...",
     )
@@ -62,6 +63,13 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict
         default=None,
         help="step outcome record (JSON): read before Ray, written when the job SUCCEEDED; a recorded step is "
         "not run again",
+    )
+    parser.add_argument(
+        "--extendable",
+        default=None,
+        metavar="KEY",
+        help="with --record: a run whose command differs only by a larger KEY=N (e.g. grpo.max_num_steps) goes on "
+        "as new attempts ID-stepsN, once its old attempts ended, instead of being refused",
     )
     parser.add_argument(
         "--lock-ttl",
@@ -108,6 +116,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict
         k8s = (args.k8s_job, args.k8s_run_marker, args.k8s_namespace)
         if any(k8s) and not all(k8s):
             raise UsageError("--k8s-job, --k8s-run-marker and --k8s-namespace go together")
+        if args.extendable is not None and not (args.record and re.fullmatch(r"[A-Za-z_][\w.]*", args.extendable)):
+            raise UsageError("--extendable needs --record and a key such as grpo.max_num_steps")
         if not args.lock_ttl > 0:
             raise UsageError("--lock-ttl must be a positive number of seconds")
         if not args.stop_timeout > 0:

@@ -25,10 +25,15 @@ class EndedError(Exception):
 
 
 class ConflictError(EndedError):
-    """The submission id belongs to a job with another command; exit code 2, like a usage error."""
+    """The submission id belongs to a job with another command; exit code 2, like a usage error. ``old_command``:
+    that other command, where known (an extension of the run may still go on from it)."""
 
     exit_code = EXIT_USAGE
     final = ": not run (the id is taken by another command)"
+
+    def __init__(self, message: str, old_command: str = "") -> None:
+        super().__init__(message)
+        self.old_command = old_command
 
 
 class AuthError(EndedError):

@@ -72,7 +72,8 @@ def check_record(record: dict[str, Any], path: str, submission_id: str, entrypoi
         raise ConflictError(
             f"the step record {path} says {record['submission_id']} SUCCEEDED with another command "
             f"({short_text(record['command'])}). A changed run needs a new submission id: a new run name, or a "
-            "rerun of the step."
+            "rerun of the step.",
+            record["command"],
         )
 
 
@@ -143,10 +144,11 @@ def record_success(
         out.say(f"recorded the outcome in {path}")
 
 
-def ledger_path(record_path: str) -> str:
-    """The step's attempt ledger, beside its record: ``train.json`` -> ``train.attempts.json``."""
+def ledger_path(record_path: str, variant: str = "") -> str:
+    """The step's attempt ledger, beside its record: ``train.json`` -> ``train.attempts.json`` (an extension's:
+    ``train.steps20.attempts.json``)."""
     stem = record_path[: -len(".json")] if record_path.endswith(".json") else record_path
-    return f"{stem}.attempts.json"
+    return f"{stem}.{variant}.attempts.json" if variant else f"{stem}.attempts.json"
 
 
 class AttemptLedger:
@@ -193,7 +195,7 @@ class AttemptLedger:
     def last(self) -> dict[str, Any] | None:
         return self.entries[-1] if self.entries else None
 
-    def begin(self, attempt: int, job: str, session: str) -> None:
+    def begin(self, attempt: int, job: str, session: str, command: str = "") -> None:
         newest = self.last()
         if newest and (newest["job"], newest.get("pod"), newest.get("outcome")) == (job, self.pod, None):
             return  # this pod's submission of it is open already (a submit that did not get an answer, tried again)
@@ -203,6 +205,7 @@ class AttemptLedger:
                 "job": job,
                 "pod": self.pod,
                 "ray_session": session,
+                "command": command,
                 "started_at": utc_now(),
                 "ended_at": None,
                 "outcome": None,
