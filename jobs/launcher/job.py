@@ -19,6 +19,7 @@ SCRIPT_FILES = (
     "ray_submit.py",
     "wait_for_workers.py",
     "scripts/prepare_gsm8k.py",
+    "scripts/prepare_jsonl.py",
     "scripts/convert_checkpoint.py",
     "scripts/checkpoint_guard.py",
     "scripts/export_gcs.py",
