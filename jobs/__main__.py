@@ -11,6 +11,7 @@ from launcher.pipeline import (
     checkpoint_dir,
     entrypoint_text,
     eval_summary_show_command,
+    model_notes,
     model_uri,
     pipeline_script,
     pipeline_steps,
@@ -32,7 +33,7 @@ async def main() -> None:
     infra = await read_infra_outputs(infra_ref, str(values["infraStack"]))
     job = build_job_settings(values, infra)
     steps = pipeline_steps(job, infra)
-    for warning in rerun_warnings(steps):
+    for warning in [*model_notes(job), *rerun_warnings(steps)]:
         pulumi.log.warn(warning)
 
     # Replaced only when the infra's cluster is (the Job with it); a kubeconfig change is an update.

@@ -20,6 +20,7 @@ SCRIPT_FILES = (
     "wait_for_workers.py",
     "admission.py",
     "scripts/prepare_gsm8k.py",
+    "scripts/prepare_jsonl.py",
     "scripts/convert_checkpoint.py",
     "scripts/checkpoint_guard.py",
     "scripts/export_gcs.py",

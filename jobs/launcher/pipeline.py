@@ -65,8 +65,16 @@ READS_OUTPUT_OF = {
 }
 
 
-def dataset_dir(infra: InfraOutputs) -> str:
-    return f"{infra.mount_path}/datasets/gsm8k"
+def dataset_dir(job: JobSettings, infra: InfraOutputs) -> str:
+    """The prepared train.jsonl and test.jsonl: GSM8K's, or the job setting dataset's (a folder per source and
+    fields, so a changed dataset is prepared anew and another run's files are never overwritten)."""
+    folder = job.dataset.folder if job.dataset else "gsm8k"
+    return f"{infra.mount_path}/datasets/{folder}"
+
+
+def dataset_label(job: JobSettings) -> str:
+    """The evaluated dataset as the accuracy line names it."""
+    return job.dataset.label if job.dataset else "GSM8K"
 
 
 def job_name(job: JobSettings) -> str:
@@ -181,12 +189,11 @@ def scripts_dir(job: JobSettings, infra: InfraOutputs) -> str:
     return f"{checkpoint_dir(job, infra)}/scripts"
 
 
-def data_overrides(infra: InfraOutputs, data: str = "", validation: str = "test.jsonl") -> list[str]:
-    """The prepared GSM8K files as the release's config names its data: train.jsonl to train on, test.jsonl (GSM8K's
-    test split) to validate on, rows read as `input` (the question) and `output` (only the final answer, so the math
-    reward can match the model's boxed answer: raw GSM8K answers always score 0). `data` and `validation`: another
-    prepared folder (the benchmark's) with the same row format."""
-    data = data or dataset_dir(infra)
+def data_overrides(infra: InfraOutputs, data: str, validation: str = "test.jsonl") -> list[str]:
+    """The prepared files in `data` as the release's config names its data: train.jsonl to train on, test.jsonl
+    (GSM8K's test split, or the rows held out of the user's dataset) to validate on, rows read as `input` (the
+    problem) and `output` (only the final answer, so the math reward can match the model's boxed answer: raw GSM8K
+    answers always score 0). The benchmark's folder has the same row format, with `validation` of its own."""
     if infra.nemo_rl_release.data_layout == FLAT_DATA:
         return [
             "data.dataset_name=ResponseDataset",
@@ -213,7 +220,8 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
     they win."""
     gpus = infra.gpus_per_node
     ckpt = checkpoint_dir(job, infra)
-    overrides = [
+    overrides = [*model_overrides(job)]
+    overrides += [
         f"cluster.num_nodes={job.num_nodes}",
         f"cluster.gpus_per_node={gpus}",
         f"grpo.max_num_steps={job.max_num_steps}",
@@ -244,7 +252,7 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
     overrides += [
         f"checkpointing.checkpoint_dir={ckpt}",
         f"logger.log_dir={log_dir(job, infra)}",
-        *data_overrides(infra),
+        *data_overrides(infra, dataset_dir(job, infra)),
     ]
     # TensorBoard event files under the log dir on every run, with or without W&B: the infra's TensorBoard serves
     # them from Lustre, so every run's metrics stay readable in the cluster.
@@ -254,6 +262,27 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
         overrides.append("logger.wandb_enabled=False")
     overrides.append("logger.tensorboard_enabled=True")
     return overrides + list(job.extra_overrides)
+
+
+def model_overrides(job: JobSettings) -> list[str]:
+    """The job setting model: the policy's model and tokenizer (every shipped recipe names its tokenizer itself, so
+    setting only policy.model_name would train the new model with the old tokenizer). Nothing without it."""
+    if not job.model:
+        return []
+    return [f"policy.model_name={job.model}", f"policy.tokenizer.name={job.model}"]
+
+
+def model_notes(job: JobSettings) -> list[str]:
+    """What the plan says about the job setting model: the launcher holds no figures (attention heads, memory) of any
+    model, so whether it fits the run's GPUs and divides by its tensor-parallel sizes is not checked here."""
+    if not job.model:
+        return []
+    return [
+        f"model {job.model}: fit unchecked: the launcher knows no attention-head count or memory size for it, so "
+        f"neither vllmTensorParallelSize ({job.vllm_tensor_parallel_size}) and dtensorTensorParallelSize "
+        f"({job.dtensor_tensor_parallel_size}) dividing its attention heads nor its weights fitting the GPUs is "
+        "checked before the run; vLLM and NeMo RL refuse a misfit when they start"
+    ]
 
 
 def async_grpo_overrides(max_trajectory_age_steps: int) -> list[str]:
@@ -373,9 +402,9 @@ def eval_overrides(job: JobSettings, infra: InfraOutputs, save_path: str) -> lis
     problem, pass@1, on one GPU node with the run's vLLM tensor parallelism (the size training generates with).
 
     run_eval.py merges its arguments with OmegaConf.from_cli, not Hydra: plain key=value, no `+` (new keys are simply
-    added). The model is added by eval_model.py, which knows it only on the cluster (the recipe's policy.model_name,
-    or the converted model)."""
-    data = dataset_dir(infra)
+    added). The model is added by eval_model.py: the job setting model, else the recipe's policy.model_name (read on
+    the cluster), or the converted model. The job setting dataset's held-out rows replace GSM8K's test split."""
+    data = dataset_dir(job, infra)
     return [
         "eval.metric=pass@k",
         "eval.k_value=1",
@@ -417,10 +446,39 @@ def eval_step(name: str, model: list[str], job: JobSettings, infra: InfraOutputs
 
 
 def base_model_args(job: JobSettings) -> list[str]:
-    """How eval-base names the model training starts from: an extraOverride's policy.model_name, else the recipe's
-    (read on the cluster with NeMo RL's own loader)."""
-    model = _override_value(job, "policy.model_name")
-    return [f"--model={model}"] if model else [f"--model-of-recipe={job.recipe}"]
+    """How eval-base names the model training starts from: the job setting model, else the recipe's (read on the
+    cluster with NeMo RL's own loader). An extraOverride of policy.model_name is refused in settings."""
+    return [f"--model={job.model}"] if job.model else [f"--model-of-recipe={job.recipe}"]
+
+
+def prepare_step(job: JobSettings, infra: InfraOutputs, scripts: str) -> Step:
+    """prepare-data: GSM8K from the hub, or the job setting dataset's rows (prepare_jsonl.py), into train.jsonl and
+    test.jsonl on Lustre, complete-or-nothing, once."""
+    if job.dataset is None:
+        return Step(
+            "prepare-data",
+            f"{job.run_name}-prepare-data",
+            _in_nemo_rl(f"{scripts}/prepare_gsm8k.py", f"--output-dir={dataset_dir(job, infra)}"),
+            on_failure="access to the Hugging Face hub (HF_TOKEN) and the Lustre mount",
+        )
+    data = job.dataset
+    test = [f"--test-source={data.test_source}"] if data.test_source else []
+    return Step(
+        "prepare-data",
+        f"{job.run_name}-prepare-data",
+        _in_nemo_rl(
+            f"{scripts}/prepare_jsonl.py",
+            f"--output-dir={dataset_dir(job, infra)}",
+            f"--source={data.source}",
+            *test,
+            f"--problem-field={data.problem_field}",
+            f"--answer-field={data.answer_field}",
+        ),
+        on_failure=(
+            "the dataset source (gs://: object read access for the Ray service account; hf://: HF_TOKEN), "
+            "dataset.problemField and dataset.answerField, and the Lustre mount"
+        ),
+    )
 
 
 def prefetch_step(job: JobSettings, scripts: str, train_args: list[str], licence: str) -> Step:
@@ -487,14 +545,7 @@ def _planned_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
         )
     if job.benchmark:
         return steps + benchmark_steps(job, infra)
-    steps.append(
-        Step(
-            "prepare-data",
-            f"{job.run_name}-prepare-data",
-            _in_nemo_rl(f"{scripts}/prepare_gsm8k.py", f"--output-dir={dataset_dir(infra)}"),
-            on_failure="access to the Hugging Face hub (HF_TOKEN) and the Lustre mount",
-        )
-    )
+    steps.append(prepare_step(job, infra, scripts))
     train_args = [f"--config={job.recipe}", *grpo_overrides(job, infra)]
     # Every model the run reads, into HF_HOME on Lustre before the base evaluation and train: their vLLM and policy
     # workers then load from the cache instead of downloading while they start. It takes the train step's own
@@ -571,7 +622,9 @@ def eval_summary_command(job: JobSettings, infra: InfraOutputs) -> list[str]:
     if not (job.eval_base or job.eval_final):
         return []
     folder = eval_dir(job, infra)
-    command = ["python", EVAL_SUMMARY, f"--dataset={dataset_dir(infra)}/test.jsonl"]
+    command = ["python", EVAL_SUMMARY, f"--dataset={dataset_dir(job, infra)}/test.jsonl"]
+    if job.dataset:
+        command.append(f"--dataset-name={dataset_label(job)}")
     if job.eval_base:
         command.append(f"--base={folder}/base")
     if job.eval_final:

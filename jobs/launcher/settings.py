@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -31,7 +33,19 @@ DERIVED_OVERRIDES = {
     "policy.dtensor_cfg.tensor_parallel_size": "dtensorTensorParallelSize",
     "grpo.async_grpo.enabled": "asyncGrpo",
     "grpo.async_grpo.max_trajectory_age_steps": "maxTrajectoryAgeSteps",
+    # One way to say which model the run trains: the evaluations and the plan's notes follow the job setting.
+    "policy.model_name": "model",
 }
+# A Hugging Face repository id as the hub accepts one: [owner/]name, each part 1-96 letters, digits, '-', '_' or
+# '.', neither starting nor ending with '-' or '.', and no '--' or '..' anywhere.
+_HF_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+_HF_REPO_RE = re.compile(rf"^(?:{_HF_PART}/)?{_HF_PART}$")
+# The job setting dataset: where the rows come from, and which of their fields hold the problem and the answer.
+_GS_SOURCE_RE = re.compile(r"^gs://([a-z0-9][a-z0-9._-]{1,61}[a-z0-9])/(\S+\.jsonl)$")
+_HF_SOURCE_RE = re.compile(rf"^hf://datasets/({_HF_PART}/{_HF_PART})(?:@([A-Za-z0-9._/-]{{1,100}}))?/(\S+\.jsonl)$")
+_FIELD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+_DATASET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,39}$")
+DATASET_FIELDS = ("source", "problemField", "answerField", "testSource", "name")
 
 
 class ConfigError(pulumi.RunError):
@@ -88,7 +102,7 @@ BENCHMARK_IGNORES: dict[str, Any] = {
     "recipe": DEFAULT_RECIPE, "numNodes": 2, "generationNodes": 1, "numPromptsPerStep": 16,
     "numGenerationsPerPrompt": 32, "vllmTensorParallelSize": 8, "vllmGpuMemoryUtilization": "",
     "dtensorTensorParallelSize": 8, "asyncGrpo": False, "maxTrajectoryAgeSteps": 1, "extraOverrides": [],
-    "secondsPerStep": "",
+    "secondsPerStep": "", "model": "", "dataset": None,
 }  # fmt: skip
 # Async GRPO at NeMo RL v0.5.0 and v0.7.0 (examples/run_grpo*.py, algorithms/grpo.py async_grpo_train and setup):
 # what the pipeline sets for it, and what an extraOverride may not change under it (key -> what it must stay).
@@ -175,6 +189,32 @@ class PreflightSettings:
 
 
 @dataclass(frozen=True)
+class DatasetSettings:
+    """The user's own JSONL rows instead of GSM8K (the job setting dataset), prepared on Lustre by prepare_jsonl.py."""
+
+    source: str  # gs://BUCKET/OBJECT.jsonl, a file under the Lustre mount, or hf://datasets/OWNER/NAME[@REV]/FILE.jsonl
+    problem_field: str
+    answer_field: str
+    test_source: str = ""  # "" holds a share of source out for validation and evaluation
+    name: str = ""  # in the accuracy line; "" names it after the source file
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        hub = _HF_SOURCE_RE.match(self.source)
+        if hub:
+            return hub[1].split("/")[1]
+        return self.source.rsplit("/", 1)[1].removesuffix(".jsonl")
+
+    @property
+    def folder(self) -> str:
+        """The prepared files' folder under datasets/: one per source and fields, so a change prepares anew."""
+        what = json.dumps([self.source, self.test_source, self.problem_field, self.answer_field])
+        return f"jsonl-{hashlib.sha256(what.encode()).hexdigest()[:12]}"
+
+
+@dataclass(frozen=True)
 class JobSettings:
     infra_stack: str
     run_name: str
@@ -207,6 +247,10 @@ class JobSettings:
     # Steps to run again under a new submission id and outcome record (`<id>-rerunN`, `<step>.rerunN.json`): the
     # step name and its rerun number, in the order given. launcher.pipeline checks the names against the run's steps.
     rerun: tuple[tuple[str, int], ...] = ()
+    # The Hugging Face model the run trains (policy.model_name and the tokenizer's name); "" is the recipe's own.
+    model: str = ""
+    # The user's own JSONL rows; None is GSM8K.
+    dataset: DatasetSettings | None = None
 
     @property
     def train_global_batch_size(self) -> int:
@@ -455,6 +499,8 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
             "maxRestarts", max_restarts, f"0..{MAX_RESTARTS}: retries of a failed training attempt (0 = none)"
         )
 
+    model = _model(values.get("model"))
+    dataset = _dataset(values.get("dataset"), infra)
     convert_to_hf = _bool("convertToHf", values.get("convertToHf", not benchmark))
     eval_final = _bool("evalFinal", values.get("evalFinal", not benchmark))
     if eval_final and not convert_to_hf:
@@ -493,6 +539,74 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         eval_base=_bool("evalBase", values.get("evalBase", not benchmark)),
         eval_final=eval_final,
         rerun=_rerun(values.get("rerun", {})),
+        model=model,
+        dataset=dataset,
+    )
+
+
+def _model(raw: Any) -> str:
+    """`model`: a Hugging Face model id, or "" for the recipe's own."""
+    model = "" if raw is None else str(raw).strip()
+    if model and (not _HF_REPO_RE.match(model) or "--" in model or ".." in model):
+        raise ConfigError(
+            "model",
+            raw,
+            "a Hugging Face model id, OWNER/NAME (e.g. Qwen/Qwen2.5-Math-7B-Instruct): letters, digits, '-', '_', '.', "
+            "each part at most 96 characters, not starting or ending with '-' or '.', no '--' or '..'; empty for the "
+            "recipe's policy.model_name",
+        )
+    return model
+
+
+def _dataset(raw: Any, infra: InfraOutputs) -> DatasetSettings | None:
+    """`dataset`: unset (GSM8K), or an object naming the user's JSONL source and its problem and answer fields."""
+    if raw in (None, "", {}):
+        return None
+    shape = "an object {source, problemField, answerField[, testSource, name]}, or unset for GSM8K"
+    if not isinstance(raw, Mapping):
+        raise ConfigError("dataset", raw, shape)
+    for field in raw:
+        if field not in DATASET_FIELDS:
+            match = difflib.get_close_matches(str(field), DATASET_FIELDS, n=1)
+            hint = f"; did you mean '{match[0]}'?" if match else ""
+            raise ConfigError(f"dataset.{field}", raw[field], f"a field of dataset: {', '.join(DATASET_FIELDS)}{hint}")
+    source = _dataset_source("dataset.source", raw.get("source"), infra)
+    test_source = _dataset_source("dataset.testSource", raw["testSource"], infra) if raw.get("testSource") else ""
+    fields = {}
+    for key in ("problemField", "answerField"):
+        value = raw.get(key)
+        if not isinstance(value, str) or not _FIELD_RE.match(value):
+            raise ConfigError(
+                f"dataset.{key}",
+                value,
+                "the name of a top-level field of every row: a letter or '_', then letters, digits, '_' or '-', "
+                "at most 64 characters",
+            )
+        fields[key] = value
+    if fields["problemField"] == fields["answerField"]:
+        raise ConfigError("dataset.answerField", fields["answerField"], "a field other than dataset.problemField")
+    name = raw.get("name") or ""
+    if name and not (isinstance(name, str) and _DATASET_NAME_RE.match(name)):
+        raise ConfigError(
+            "dataset.name", name, "1-40 letters, digits, spaces, '.', '_' or '-', starting with a letter or digit"
+        )
+    return DatasetSettings(source, fields["problemField"], fields["answerField"], test_source, name)
+
+
+def _dataset_source(key: str, raw: Any, infra: InfraOutputs) -> str:
+    value = raw if isinstance(raw, str) else None
+    mount = f"{infra.mount_path}/"
+    if value is not None and value.startswith(mount):
+        if value.endswith(".jsonl") and ".." not in value.split("/") and not re.search(r"\s", value):
+            return value
+    elif value is not None and (_GS_SOURCE_RE.match(value) or _HF_SOURCE_RE.match(value)):
+        return value
+    raise ConfigError(
+        key,
+        raw,
+        f"a JSONL file: gs://BUCKET/PATH.jsonl (read with the Ray service account), a file on Lustre under {mount} "
+        f"(e.g. {mount}datasets/mine/rows.jsonl), or hf://datasets/OWNER/NAME[@REVISION]/PATH.jsonl on the Hugging "
+        "Face hub (read with HF_TOKEN)",
     )
 
 
@@ -586,11 +700,11 @@ _PLAIN_KEYS = (
     "convertToHf", "preflight", "preflightMinBusbwGbps", "preflightLustreGibPerNode", "preflightLustreMinFraction",
     "waitForWorkersMinutes", "secondsPerStep", "maxRestarts", "stopOnDelete", "asyncGrpo", "maxTrajectoryAgeSteps",
     "benchmark",
-    "evalBase", "evalFinal",
+    "evalBase", "evalFinal", "model",
 )  # fmt: skip
 
 
-_OBJECT_KEYS = ("extraOverrides", "rerun")
+_OBJECT_KEYS = ("extraOverrides", "rerun", "dataset")
 
 
 def check_keys(project: str, keys: Iterable[str]) -> None:

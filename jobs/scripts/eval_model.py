@@ -5,9 +5,10 @@ Runs as a Ray job inside the NeMo RL image, from its source directory, with NeMo
         [--dry-run] -- examples/run_eval.py ARGS...
 
 Everything about the evaluation is in ARGS, written by the job stack; only the model is known here: a Hugging Face
-name or a directory (the converted model), or the recipe's policy.model_name read with NeMo RL's own config loader
-(nemo_rl/utils/config.py, so `defaults:` chains resolve as in training). run_eval.py takes `key=value` words merged
-by OmegaConf, so the model is one more word, generation.model_name=MODEL (the tokenizer follows it in eval.yaml).
+name (the job setting model) or a directory (the converted model), or the recipe's policy.model_name read with NeMo
+RL's own config loader (nemo_rl/utils/config.py, so `defaults:` chains resolve as in training). run_eval.py takes
+`key=value` words merged by OmegaConf, so the model is one more word, generation.model_name=MODEL (the tokenizer
+follows it in eval.yaml).
 
 With --cache-dir (eval-base: the same base model evaluated the same way gives the same result in every run) the
 result is reused across runs. Its key is a digest of everything that decides it: the resolved model and the

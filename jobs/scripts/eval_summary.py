@@ -1,13 +1,16 @@
-"""GSM8K test accuracy before and after training, from NeMo RL's own per-sample evaluation output.
+"""Test accuracy before and after training (GSM8K, or the job setting dataset), from NeMo RL's own per-sample
+evaluation output.
 
 Runs in the submitter pod after the last step, with the image's plain python (standard library only):
-    python eval_summary.py --dataset=/data/datasets/gsm8k/test.jsonl [--base=DIR] [--trained=DIR] --output=FILE
+    python eval_summary.py --dataset=/data/datasets/gsm8k/test.jsonl [--dataset-name=NAME] [--base=DIR]
+        [--trained=DIR] --output=FILE
 
 Each DIR is an evaluation's eval.save_path: run_eval.py (nemo_rl/evals/eval.py, the same at v0.5.0 and v0.7.0)
 writes config.json there (model, metric, k, samples per prompt, sampling) and evaluation_data.json, one entry per
 sample with its `reward` from the math environment (1.0 when the boxed answer matches, else 0.0). With one greedy
 sample per problem, pass@1 is the mean reward. The summary is written as JSON to FILE and the last line printed is
     GSM8K test accuracy (pass@1, greedy, n=1319): base 0.xxx -> trained 0.yyy
+with NAME (default GSM8K) first: the dataset the evaluations read.
 Exit codes: 0 written, 1 an evaluation's output is missing or not what the line claims, 2 usage.
 """
 
@@ -52,14 +55,15 @@ def accuracy(folder: Path, problems: int) -> dict[str, object]:
     return {"model": config.get("model_name"), "correct": correct, "accuracy": correct / problems, "dir": str(folder)}
 
 
-def summary_line(problems: int, results: dict[str, dict[str, object]]) -> str:
+def summary_line(problems: int, results: dict[str, dict[str, object]], dataset_name: str = "GSM8K") -> str:
     shown = [f"{name} {float(str(result['accuracy'])):.3f}" for name, result in results.items()]
-    return f"GSM8K test accuracy (pass@1, greedy, n={problems}): {' -> '.join(shown)}"
+    return f"{dataset_name} test accuracy (pass@1, greedy, n={problems}): {' -> '.join(shown)}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", required=True, type=Path)
+    parser.add_argument("--dataset-name", default="GSM8K", help="the dataset as the accuracy line names it")
     parser.add_argument("--base", type=Path, help="eval.save_path of the evaluation before training")
     parser.add_argument("--trained", type=Path, help="eval.save_path of the evaluation after training")
     parser.add_argument("--output", required=True, type=Path)
@@ -78,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     summary: dict[str, object] = {
         "dataset": str(args.dataset),
+        "datasetName": args.dataset_name,
         "problems": problems,
         "metric": "pass@1",
         "sampling": "greedy",
@@ -88,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"eval_summary: written to {args.output}")
-    print(summary_line(problems, results), flush=True)
+    print(summary_line(problems, results, args.dataset_name), flush=True)
     return 0
 
 

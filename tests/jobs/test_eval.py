@@ -104,20 +104,29 @@ def flat_keys(tree: dict[str, Any], prefix: str = "") -> set[str]:
     return keys
 
 
+OWN_MODEL = "Qwen/Qwen2.5-Math-7B-Instruct"
+OWN_DATASET = {"source": "/data/datasets/mine/rows.jsonl", "problemField": "problem", "answerField": "answer"}
+# Each stack as it is, and with the job settings model and dataset (another model, the user's prepared rows).
+OWN = {"model": OWN_MODEL, "dataset": OWN_DATASET}
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["recipe-gsm8k", "model-dataset"])
 @pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize("stack", STACKS)
-def test_both_evals_resolve_with_nemo_rls_run_eval_loader(infra, release, stack):
+def test_both_evals_resolve_with_nemo_rls_run_eval_loader(infra, release, stack, own):
     net = infra[release][stack]
-    job = job_of(stack, net)
+    job = job_of(stack, net, **(OWN if own else {}))
     nemo_rl = reference(f"nemo-rl-{release}")
     eval_yaml = yaml.safe_load((nemo_rl / EVAL_CONFIG).read_text())
     readable = flat_keys(eval_yaml) | {f"data.{key}" for key in local_math_keys(nemo_rl)}
-    training = resolve_with_nemo_rl(nemo_rl, [f"--config={job.recipe}"])  # the model the train step starts from
+    training = resolve_with_nemo_rl(nemo_rl, [f"--config={job.recipe}"])  # the model the recipe starts from
     expected_model = {
-        "eval-base": training["policy"]["model_name"],
+        "eval-base": OWN_MODEL if own else training["policy"]["model_name"],
         "eval-final": f"{net.mount_path}/{job.run_name}/hf",
     }
-    assert expected_model["eval-base"] in ("Qwen/Qwen2.5-Math-1.5B-Instruct", "google/gemma-3-27b-it")
+    assert training["policy"]["model_name"] in ("Qwen/Qwen2.5-Math-1.5B-Instruct", "google/gemma-3-27b-it")
+    folder = f"{net.mount_path}/datasets/" + (job.dataset.folder if job.dataset else "gsm8k")
+    assert folder.rsplit("/", 1)[1].startswith("jsonl-" if own else "gsm8k")
     for name in ("eval-base", "eval-final"):
         own, run_eval = eval_model_words(step(job, net, name), net)
         assert run_eval[:2] == [EVAL_ENTRYPOINT, f"--config={EVAL_CONFIG}"]
@@ -138,7 +147,7 @@ def test_both_evals_resolve_with_nemo_rls_run_eval_loader(infra, release, stack)
         assert config["eval"]["save_path"] == f"{net.mount_path}/{job.run_name}/eval/{name.removeprefix('eval-')}"
         # GSM8K's test split through the local math dataset, asked in the training prompt.
         data = config["data"]
-        assert data["dataset_name"] == f"{net.mount_path}/datasets/gsm8k/test.jsonl"
+        assert data["dataset_name"] == f"{folder}/test.jsonl"
         assert (data["problem_key"], data["solution_key"]) == ("input", "output")  # prepare_gsm8k.py's fields
         assert (data["file_format"], data["split"]) == ("json", "train")
         assert data["prompt_file"] == TRAINING_PROMPT_FILE and (nemo_rl / TRAINING_PROMPT_FILE).is_file()
@@ -162,16 +171,17 @@ def test_the_eval_prompt_is_the_one_the_recipe_trains_with(infra, release, stack
     assert (prompts["prompt_file"], prompts["system_prompt_file"]) == (TRAINING_PROMPT_FILE, None)
 
 
-def test_an_extra_override_of_the_prompt_or_the_model_is_followed(infra):
+def test_an_extra_override_of_the_prompt_and_the_model_setting_are_followed(infra):
     net = infra["v0.7.0"]["h200"]
-    job = job_of(
-        "h200", net, extraOverrides=["data.default.prompt_file=examples/prompts/math.txt", "policy.model_name=org/m"]
-    )
+    job = job_of("h200", net, extraOverrides=["data.default.prompt_file=examples/prompts/math.txt"], model="org/m")
     own, run_eval = eval_model_words(step(job, net, "eval-base"), net)
     assert own[0] == "--model=org/m"
     assert "data.prompt_file=examples/prompts/math.txt" in run_eval
     final_own, _ = eval_model_words(step(job, net, "eval-final"), net)
     assert final_own == [f"--model={net.mount_path}/{job.run_name}/hf"]
+    # The model has one way in: an extraOverride of policy.model_name is refused, naming the setting to use.
+    with pytest.raises(ConfigError, match=r"config 'extraOverrides' = 'policy.model_name=org/m'.*derived from model"):
+        job_of("h200", net, extraOverrides=["policy.model_name=org/m"])
 
 
 def test_eval_steps_order_and_keys(infra):
@@ -250,6 +260,24 @@ def test_the_job_log_ends_with_the_accuracy_line(summary, tmp_path: Path, releas
     assert written["base"]["correct"] == 600 and written["trained"]["correct"] == 1000
     assert written["base"]["model"] == "google/gemma-3-27b-it" and written["problems"] == GSM8K_TEST_PROBLEMS
     assert written["change"] == pytest.approx(400 / GSM8K_TEST_PROBLEMS)
+
+
+def test_the_accuracy_line_names_the_dataset_the_pipeline_evaluated(infra, summary, tmp_path: Path, capsys):
+    net = infra["v0.5.0"]["dev"]
+    job = job_of("dev", net, dataset={**OWN_DATASET, "name": "MyMath"})
+    command = pipeline_script(job, net, pipeline_steps(job, net)).strip().splitlines()[-1]
+    words = shlex.split(command)
+    assert f"--dataset={net.mount_path}/datasets/{job.dataset.folder}/test.jsonl" in words  # type: ignore[union-attr]
+    assert "--dataset-name=MyMath" in words
+    assert "--dataset-name" not in pipeline_script(job_of("dev", net), net, pipeline_steps(job_of("dev", net), net))
+    dataset = gsm8k_test_file(tmp_path / "test.jsonl", problems=4)
+    save_like_nemo_rl("v0.5.0", tmp_path / "base", [1.0, 0.0, 0.0, 1.0], "m")
+    out = f"--output={tmp_path}/summary.json"
+    assert summary.main([f"--dataset={dataset}", "--dataset-name=MyMath", f"--base={tmp_path}/base", out]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "MyMath test accuracy (pass@1, greedy, n=4): base 0.500"
+    assert json.loads((tmp_path / "summary.json").read_text())["datasetName"] == "MyMath"
+    # Named after the source file when the setting gives no name.
+    assert job_of("dev", net, dataset=OWN_DATASET).dataset.label == "rows"  # type: ignore[union-attr]
 
 
 def test_the_summary_refuses_what_the_line_would_misstate(summary, tmp_path: Path, capsys):

@@ -378,8 +378,9 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     package = {f"{SUBMITTER_PACKAGE}.{module.name}" for module in (JOBS / SUBMITTER_PACKAGE).glob("*.py")}
     assert {f"{SUBMITTER_PACKAGE}.{name}" for name in ("cli.py", "attempts.py", "stop_on_delete.py")} <= package
     assert set(config_map["data"]) == {
-        "ray_submit.py", "wait_for_workers.py", "admission.py", "prepare_gsm8k.py", "convert_checkpoint.py",
-        "nccl_allreduce.py", "lustre_io.py", "checkpoint_guard.py", "export_gcs.py", "eval_model.py", "eval_summary.py",
+        "ray_submit.py", "wait_for_workers.py", "admission.py", "prepare_gsm8k.py", "prepare_jsonl.py",
+        "convert_checkpoint.py", "nccl_allreduce.py", "lustre_io.py", "checkpoint_guard.py", "export_gcs.py",
+        "eval_model.py", "eval_summary.py",
         "prefetch_weights.py", "prepare_openmathinstruct2.py", "benchmark_summary.py", "pipeline.sh", *package,
     }  # fmt: skip
     assert config_map["data"]["ray_submit.py"] == (JOBS / "ray_submit.py").read_text()
@@ -771,9 +772,10 @@ def test_the_project_files_defaults_are_the_programs(infra_outputs, stack):
 
     project_file = (JOBS / "Pulumi.yaml").read_text()
     declared = yaml.safe_load(project_file)["config"]
-    # Pulumi's schema has no object type: `rerun` is read but not declared, and the file's comment says so.
-    assert set(declared) == {*_PLAIN_KEYS, *_OBJECT_KEYS} - {"rerun"}
-    assert "the object key `rerun`" in project_file
+    # Pulumi's schema has no object type: `rerun` and `dataset` are read but not declared, and the file's comment
+    # says so.
+    assert set(declared) == {*_PLAIN_KEYS, *_OBJECT_KEYS} - {"rerun", "dataset"}
+    assert "the object keys `rerun`" in project_file and "and `dataset`" in project_file
     assert all(d.get("description") for d in declared.values())
     infra = infra_of(infra_outputs[stack])
     stack_file = yaml.safe_load((JOBS / f"Pulumi.{stack}.yaml").read_text())["config"]

@@ -16,6 +16,7 @@ import upstream
 from conftest import ROOT, shared_infra_run
 from launcher.pipeline import entrypoint_text, pipeline_steps
 from launcher.settings import FLAT_DATA, InfraOutputs, JobSettings, build_infra_outputs, build_job_settings
+from script_loader import load_script
 from upstream import NemoRlRefusedError, reference, resolve_with_nemo_rl
 
 from infra.nemo_rl_releases import NEMO_RL_RELEASES
@@ -59,6 +60,7 @@ def resolve(job: JobSettings, infra: InfraOutputs) -> dict[str, Any]:
 
 
 WITH_WANDB = ("HF_TOKEN", "WANDB_API_KEY")
+OWN_DATASET = {"source": "gs://my-bucket/math/rows.jsonl", "problemField": "question", "answerField": "final"}
 
 # (stack, job config changes, infra secret keys or None for the stack's own): each stack's default run, then
 # variants that move what the pipeline derives (batch size, colocation, parallelism, logging).
@@ -75,6 +77,9 @@ CASES: list[Case] = [
     ("h200", {"dtensorTensorParallelSize": 4, "vllmTensorParallelSize": 4}, None),
     ("dev", {"dtensorTensorParallelSize": 2, "numPromptsPerStep": 16, "numGenerationsPerPrompt": 4}, None),
     ("dev", {"vllmTensorParallelSize": 8, "dtensorTensorParallelSize": 8}, WITH_WANDB),
+    # The job settings model and dataset: another model (and its tokenizer) and the user's prepared rows.
+    ("dev", {"model": "Qwen/Qwen2.5-Math-7B-Instruct"}, None),
+    ("h200", {"model": "google/gemma-3-12b-it", "dataset": OWN_DATASET}, None),
 ]
 
 
@@ -95,7 +100,8 @@ def training_data_parallel_size(config: dict[str, Any]) -> int:
 
 def case_id(case: Case) -> str:
     stack, changes, secret_keys = case
-    return "-".join([stack, *(f"{k}={v}" for k, v in changes.items()), "wandb" if secret_keys else "tensorboard"])
+    shown = [f"{k}={v}" if k != "dataset" else "dataset" for k, v in changes.items()]
+    return "-".join([stack, *shown, "wandb" if secret_keys else "tensorboard"])
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -147,8 +153,18 @@ def test_the_train_step_resolves_with_nemo_rls_loader(infra, release, stack, cha
     if with_wandb:
         assert config["logger"]["wandb"]["name"] == job.run_name
 
-    # Trains on the prepared train.jsonl, validates on GSM8K's test split (test.jsonl) and nothing else.
-    data, folder = config["data"], f"{net.mount_path}/datasets/gsm8k"
+    # The model the job setting names (and its tokenizer), else the recipe's own.
+    recipe_only = resolve_with_nemo_rl(reference(f"nemo-rl-{net.nemo_rl_release.tag}"), [f"--config={job.recipe}"])
+    model = changes.get("model") or recipe_only["policy"]["model_name"]
+    assert policy["model_name"] == policy["tokenizer"]["name"] == model
+    if "model" in changes:
+        assert recipe_only["policy"]["model_name"] != model  # the override changed something
+
+    # Trains on the prepared train.jsonl, validates on its test.jsonl (GSM8K's test split, or the rows held out of the
+    # job setting dataset) and nothing else.
+    folder = f"{net.mount_path}/datasets/" + (job.dataset.folder if job.dataset else "gsm8k")
+    assert (job.dataset is not None) == ("dataset" in changes)
+    data = config["data"]
     if net.nemo_rl_release.data_layout == FLAT_DATA:
         assert (data["train_data_path"], data["val_data_path"]) == (f"{folder}/train.jsonl", f"{folder}/test.jsonl")
         assert (data["input_key"], data["output_key"]) == ("input", "output")
@@ -158,6 +174,19 @@ def test_the_train_step_resolves_with_nemo_rls_loader(infra, release, stack, cha
         assert data["validation"]["data_path"] == f"{folder}/test.jsonl"
         assert data["train"]["dataset_name"] == data["validation"]["dataset_name"] == "ResponseDataset"
         assert (data["default"]["input_key"], data["default"]["output_key"]) == ("input", "output")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_prefetch_reads_the_model_the_job_setting_names(infra, release):
+    """prefetch-weights takes the train step's own arguments: resolved by the release's loader they name the job
+    setting's model, and only it, as model and tokenizer; so it downloads the new model, not the recipe's."""
+    prefetch_weights = load_script("jobs/scripts/prefetch_weights.py", "prefetch_weights")
+    net = infra[release]["dev"]
+    job = build_job_settings(stack_values("dev", model="Qwen/Qwen2.5-Math-7B-Instruct"), net)
+    prefetch = next(step for step in pipeline_steps(job, net) if step.name == "prefetch-weights")
+    words = shlex.split(entrypoint_text(prefetch))
+    assert words[words.index("--") + 1 :] == entry_args(job, net)
+    assert prefetch_weights.models_in(resolve(job, net)) == ["Qwen/Qwen2.5-Math-7B-Instruct"]
 
 
 @pytest.mark.parametrize("release", RELEASES)
