@@ -6,6 +6,7 @@ from launcher.cost import run_estimate
 from launcher.job import PipelineJob, PipelineJobArgs
 from launcher.pipeline import (
     PORT_FORWARD_ADDRESS,
+    archive_uri,
     attempt_ids,
     checkpoint_dir,
     entrypoint_text,
@@ -53,6 +54,7 @@ async def main() -> None:
     pulumi.export("checkpointDir", checkpoint_dir(job, infra))
     pulumi.export("estimatedRun", run_estimate(job, infra))
     pulumi.export("modelUri", model_uri(job, infra))
+    pulumi.export("archiveUri", archive_uri(job, infra))
     pulumi.export("evalSummary", eval_summary_show_command(job, infra))
     pulumi.export(
         "pipeline", [{"step": s.name, "submissionId": s.submission_id, "entrypoint": entrypoint_text(s)} for s in steps]

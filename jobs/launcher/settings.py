@@ -207,6 +207,8 @@ class JobSettings:
     # Steps to run again under a new submission id and outcome record (`<id>-rerunN`, `<step>.rerunN.json`): the
     # step name and its rerun number, in the order given. launcher.pipeline checks the names against the run's steps.
     rerun: tuple[tuple[str, int], ...] = ()
+    # A last step copying the newest checkpoint (and the HF conversion) to the infra's export bucket, verified.
+    archive: bool = False
 
     @property
     def train_global_batch_size(self) -> int:
@@ -462,6 +464,8 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
             "evalFinal", eval_final, "false when convertToHf is false: the trained model is evaluated in HF format"
         )
 
+    archive = _archive(values, infra)
+
     return JobSettings(
         infra_stack=infra_stack,
         run_name=run_name,
@@ -493,7 +497,21 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         eval_base=_bool("evalBase", values.get("evalBase", not benchmark)),
         eval_final=eval_final,
         rerun=_rerun(values.get("rerun", {})),
+        archive=archive,
     )
+
+
+def _archive(values: Mapping[str, Any], infra: InfraOutputs) -> bool:
+    """archive: needs a bucket to copy to, the infra's exportBucket."""
+    archive = _bool("archive", values.get("archive", False))
+    if archive and not infra.export_bucket:
+        raise ConfigError(
+            "archive",
+            True,
+            "false unless the infra stack has an export bucket to copy the checkpoints to: set exportBucket there "
+            "(create, or the name of a bucket you own) and run `pulumi up` in the infra project first",
+        )
+    return archive
 
 
 def _rerun(raw: Any) -> tuple[tuple[str, int], ...]:
@@ -572,8 +590,9 @@ def _benchmark(values: Mapping[str, Any], infra: InfraOutputs) -> bool:
             f"runs NeMo RL's performance recipes unchanged (but for paths and maxNumSteps), so {', '.join(ignored)} "
             "would be ignored: remove them from the benchmark's job stack",
         )
-    if _bool("convertToHf", values.get("convertToHf", False)):
-        raise ConfigError("convertToHf", True, "false with benchmark: its checkpoints are not a model to keep")
+    for key in ("convertToHf", "archive"):
+        if _bool(key, values.get(key, False)):
+            raise ConfigError(key, True, "false with benchmark: its checkpoints are not a model to keep")
     for key in ("evalBase", "evalFinal"):
         if _bool(key, values.get(key, False)):
             raise ConfigError(key, True, "false with benchmark: it measures speed, on NVIDIA's data, not accuracy")
@@ -586,7 +605,7 @@ _PLAIN_KEYS = (
     "convertToHf", "preflight", "preflightMinBusbwGbps", "preflightLustreGibPerNode", "preflightLustreMinFraction",
     "waitForWorkersMinutes", "secondsPerStep", "maxRestarts", "stopOnDelete", "asyncGrpo", "maxTrajectoryAgeSteps",
     "benchmark",
-    "evalBase", "evalFinal",
+    "evalBase", "evalFinal", "archive",
 )  # fmt: skip
 
 
