@@ -4,9 +4,7 @@ here with media download and a way to corrupt what the bucket stores. Not verifi
 
 from __future__ import annotations
 
-import http.server
 import sys
-import threading
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +12,7 @@ from typing import Any, ClassVar
 
 import pytest
 from conftest import ROOT
-from test_export_gcs import _FakeGcs
+from test_export_gcs import _FakeGcs, serve
 
 SCRIPTS = ROOT / "jobs" / "scripts"
 if str(SCRIPTS) not in sys.path:  # as on the Ray head: the scripts run from their folder and import each other
@@ -62,15 +60,8 @@ class _FakeGcsWithDownloads(_FakeGcs):
 
 @pytest.fixture
 def gcs() -> Iterator[str]:
-    _FakeGcs.objects, _FakeGcs.uploads, _FakeGcs.auth = {}, [], set()
     _FakeGcsWithDownloads.corrupt, _FakeGcsWithDownloads.downloads = set(), []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeGcsWithDownloads)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    yield from serve(_FakeGcsWithDownloads)
 
 
 def _run_dir(root: Path) -> Path:
