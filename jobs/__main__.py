@@ -7,6 +7,7 @@ from launcher.job import PipelineJob, PipelineJobArgs
 from launcher.pipeline import (
     PORT_FORWARD_ADDRESS,
     admission_status_command,
+    archive_uri,
     attempt_ids,
     checkpoint_dir,
     entrypoint_text,
@@ -55,6 +56,7 @@ async def main() -> None:
     pulumi.export("checkpointDir", checkpoint_dir(job, infra))
     pulumi.export("estimatedRun", run_estimate(job, infra))
     pulumi.export("modelUri", model_uri(job, infra))
+    pulumi.export("archiveUri", archive_uri(job, infra))
     pulumi.export("evalSummary", eval_summary_show_command(job, infra))
     # Which runs hold the cluster's GPU nodes and which queue for them (this one's Job log says it too).
     pulumi.export("admissionStatus", admission_status_command(job, infra))

@@ -59,7 +59,7 @@ EXIT_CONFIG = 2
 INFRA_EXAMPLE_STACKS = ("dev", "h200", "b200")
 # Job stack files shipped beside those pairs, each running on one of their infra stacks (the stack its infraStack
 # names): job stack -> infra stack. Planned, golden and checkov'd like the pairs.
-JOB_EXAMPLE_STACKS = {"h200-benchmark": "h200"}
+JOB_EXAMPLE_STACKS = {"h200-benchmark": "h200", "smoke": "h200"}
 EXAMPLE_STACKS = (*INFRA_EXAMPLE_STACKS, *JOB_EXAMPLE_STACKS)
 STEPS = 4
 

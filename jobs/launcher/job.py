@@ -24,6 +24,7 @@ SCRIPT_FILES = (
     "scripts/convert_checkpoint.py",
     "scripts/checkpoint_guard.py",
     "scripts/export_gcs.py",
+    "scripts/archive_gcs.py",
     "scripts/eval_model.py",
     "scripts/eval_summary.py",
     "scripts/prefetch_weights.py",

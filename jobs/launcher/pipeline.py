@@ -62,6 +62,7 @@ READS_OUTPUT_OF = {
     "convert-hf": ("train",),
     "export-gcs": ("convert-hf",),
     "eval-final": ("convert-hf",),
+    "archive": ("train", "convert-hf"),
 }
 
 
@@ -168,6 +169,15 @@ def model_uri(job: JobSettings, infra: InfraOutputs) -> str:
     if infra.export_bucket:
         return f"gs://{infra.export_bucket}/{job.run_name}/"
     return f"{checkpoint_dir(job, infra)}/hf"
+
+
+def archive_uri(job: JobSettings, infra: InfraOutputs) -> str:
+    """Where the archive step copies the run's newest checkpoint and its HF conversion; "" without it. Beside the
+    exported model (gs://BUCKET/RUN/), not inside it, so fetching the model never pulls a checkpoint; a run name
+    has no '.', so no other run's prefix can begin with this one."""
+    if not job.archive:
+        return ""
+    return f"gs://{infra.export_bucket}/{job.run_name}.archive/"
 
 
 def eval_dir(job: JobSettings, infra: InfraOutputs) -> str:
@@ -601,6 +611,23 @@ def _planned_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
         )
     if job.eval_final:  # after the export: a failed evaluation does not hold the model back
         steps.append(eval_step("eval-final", [f"--model={ckpt}/hf"], job, infra))
+    if job.archive:  # last: the evaluations read Lustre, and an archive of a finished run is what outlives it
+        steps.append(
+            Step(
+                "archive",
+                f"{job.run_name}-archive",
+                # Standard library only, on the head, like export-gcs; it verifies every object it copied.
+                [
+                    "python",
+                    f"{scripts}/archive_gcs.py",
+                    f"--run-dir={ckpt}",
+                    f"--archive={archive_uri(job, infra)}",
+                    *(["--hf"] if job.convert_to_hf else []),
+                ],
+                on_failure="the objects the log names (a verification failure: run the step again, it copies what "
+                "differs), and the Ray service account's object access on the export bucket",
+            )
+        )
     return steps
 
 

@@ -251,6 +251,8 @@ class JobSettings:
     model: str = ""
     # The user's own JSONL rows; None is GSM8K.
     dataset: DatasetSettings | None = None
+    # A last step copying the newest checkpoint (and the HF conversion) to the infra's export bucket, verified.
+    archive: bool = False
 
     @property
     def train_global_batch_size(self) -> int:
@@ -508,6 +510,8 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
             "evalFinal", eval_final, "false when convertToHf is false: the trained model is evaluated in HF format"
         )
 
+    archive = _archive(values, infra)
+
     return JobSettings(
         infra_stack=infra_stack,
         run_name=run_name,
@@ -541,6 +545,7 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         rerun=_rerun(values.get("rerun", {})),
         model=model,
         dataset=dataset,
+        archive=archive,
     )
 
 
@@ -608,6 +613,19 @@ def _dataset_source(key: str, raw: Any, infra: InfraOutputs) -> str:
         f"(e.g. {mount}datasets/mine/rows.jsonl), or hf://datasets/OWNER/NAME[@REVISION]/PATH.jsonl on the Hugging "
         "Face hub (read with HF_TOKEN)",
     )
+
+
+def _archive(values: Mapping[str, Any], infra: InfraOutputs) -> bool:
+    """archive: needs a bucket to copy to, the infra's exportBucket."""
+    archive = _bool("archive", values.get("archive", False))
+    if archive and not infra.export_bucket:
+        raise ConfigError(
+            "archive",
+            True,
+            "false unless the infra stack has an export bucket to copy the checkpoints to: set exportBucket there "
+            "(create, or the name of a bucket you own) and run `pulumi up` in the infra project first",
+        )
+    return archive
 
 
 def _rerun(raw: Any) -> tuple[tuple[str, int], ...]:
@@ -686,8 +704,9 @@ def _benchmark(values: Mapping[str, Any], infra: InfraOutputs) -> bool:
             f"runs NeMo RL's performance recipes unchanged (but for paths and maxNumSteps), so {', '.join(ignored)} "
             "would be ignored: remove them from the benchmark's job stack",
         )
-    if _bool("convertToHf", values.get("convertToHf", False)):
-        raise ConfigError("convertToHf", True, "false with benchmark: its checkpoints are not a model to keep")
+    for key in ("convertToHf", "archive"):
+        if _bool(key, values.get(key, False)):
+            raise ConfigError(key, True, "false with benchmark: its checkpoints are not a model to keep")
     for key in ("evalBase", "evalFinal"):
         if _bool(key, values.get(key, False)):
             raise ConfigError(key, True, "false with benchmark: it measures speed, on NVIDIA's data, not accuracy")
@@ -700,7 +719,7 @@ _PLAIN_KEYS = (
     "convertToHf", "preflight", "preflightMinBusbwGbps", "preflightLustreGibPerNode", "preflightLustreMinFraction",
     "waitForWorkersMinutes", "secondsPerStep", "maxRestarts", "stopOnDelete", "asyncGrpo", "maxTrajectoryAgeSteps",
     "benchmark",
-    "evalBase", "evalFinal", "model",
+    "evalBase", "evalFinal", "model", "archive",
 )  # fmt: skip
 
 

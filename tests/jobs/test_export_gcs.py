@@ -76,16 +76,21 @@ class _FakeGcs(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def gcs() -> Iterator[str]:
+def serve(handler: type[_FakeGcs]) -> Iterator[str]:
+    """An empty fake bucket served on a free local port, for the length of a fixture: its base URL."""
     _FakeGcs.objects, _FakeGcs.uploads, _FakeGcs.auth = {}, [], set()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeGcs)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def gcs() -> Iterator[str]:
+    yield from serve(_FakeGcs)
 
 
 def _hf(root: Path) -> Path:

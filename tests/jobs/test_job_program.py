@@ -23,6 +23,7 @@ from launcher.pipeline import (
     grpo_overrides,
     pipeline_script,
     pipeline_steps,
+    rerun_warnings,
 )
 from launcher.settings import ConfigError, InfraOutputs, build_infra_outputs, build_job_settings
 from script_loader import load_script
@@ -47,8 +48,14 @@ def infra_outputs() -> dict[str, dict[str, Any]]:
     return outputs
 
 
-def run_jobs(stack: str, infra_outputs: dict, overrides: dict[str, Any] | None = None) -> ProgramRun:
+def run_jobs(
+    stack: str, infra_outputs: dict, overrides: dict[str, Any] | None = None, infra: str | None = None
+) -> ProgramRun:
+    """The job stack file `stack` under mocks, on the infra stack of the same name, or on `infra` (its infraStack
+    then set to that stack, as `pulumi config set infraStack` would)."""
     project, config = load_stack_config(JOBS, stack)
+    if infra:
+        config[f"{project}:infraStack"] = f"organization/nemo-rl-gke/{infra}"
     for key, value in (overrides or {}).items():
         config[f"{project}:{key}"] = value
     reference = config[f"{project}:infraStack"]
@@ -56,8 +63,8 @@ def run_jobs(stack: str, infra_outputs: dict, overrides: dict[str, Any] | None =
         JOBS,
         config,
         stack=stack,
-        stack_outputs={reference: infra_outputs[stack]},
-        stack_secret_outputs={reference: INFRA_SECRET_OUTPUTS[stack]},
+        stack_outputs={reference: infra_outputs[infra or stack]},
+        stack_secret_outputs={reference: INFRA_SECRET_OUTPUTS[infra or stack]},
     )
 
 
@@ -380,7 +387,7 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     assert set(config_map["data"]) == {
         "ray_submit.py", "wait_for_workers.py", "admission.py", "prepare_gsm8k.py", "prepare_jsonl.py",
         "convert_checkpoint.py", "nccl_allreduce.py", "lustre_io.py", "checkpoint_guard.py", "export_gcs.py",
-        "eval_model.py", "eval_summary.py",
+        "archive_gcs.py", "eval_model.py", "eval_summary.py",
         "prefetch_weights.py", "prepare_openmathinstruct2.py", "benchmark_summary.py", "pipeline.sh", *package,
     }  # fmt: skip
     assert config_map["data"]["ray_submit.py"] == (JOBS / "ray_submit.py").read_text()
@@ -488,6 +495,12 @@ def test_job_stack_files_match_their_infra_stacks():
     for stack in ("dev", "h200", "b200"):
         _, config = load_stack_config(JOBS, stack)
         assert config["nemo-rl-jobs:infraStack"].endswith(f"/nemo-rl-gke/{stack}")
+    # The job stacks of their own name each run on the infra stack tools/plan.py pairs them with.
+    from tools.plan import JOB_EXAMPLE_STACKS
+
+    for stack, infra in JOB_EXAMPLE_STACKS.items():
+        _, config = load_stack_config(JOBS, stack)
+        assert config["nemo-rl-jobs:infraStack"] == f"organization/nemo-rl-gke/{infra}"
 
 
 def test_destroying_the_job_stack_touches_no_data(infra_outputs):
@@ -829,3 +842,100 @@ def test_the_submitter_reads_rays_token_from_the_infra_secret(infra_outputs):
     without = run_jobs("h200", infra_outputs).one("kubernetes:batch/v1:Job").inputs
     names = {e["name"] for e in without["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert not names & {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN"}
+
+
+# --- archive: the newest checkpoint and the model, copied and verified -------------------------------------------
+
+
+def test_archive_is_the_last_step_and_copies_the_run_beside_the_exported_model(infra_outputs):
+    run = run_jobs("h200", infra_outputs, {"archive": True})
+    steps = run.outputs["pipeline"]
+    assert [s["step"] for s in steps][-4:] == ["convert-hf", "export-gcs", "eval-final", "archive"]
+    assert steps[-1]["submissionId"] == "gemma3-27b-gsm8k-archive"
+    words = shlex.split(steps[-1]["entrypoint"])
+    assert words[:2] == ["python", "/data/gemma3-27b-gsm8k/scripts/archive_gcs.py"]
+    uri = "gs://my-gcp-project-nemo-rl-h200-models/gemma3-27b-gsm8k.archive/"
+    assert words[2:] == ["--run-dir=/data/gemma3-27b-gsm8k", f"--archive={uri}", "--hf"]
+    assert run.outputs["archiveUri"] == uri
+    # Beside the model, not under it: fetching modelUri recursively never pulls a checkpoint.
+    assert not uri.startswith(run.outputs["modelUri"])
+    exporter = load_script("jobs/scripts/export_gcs.py", "export_gcs")  # archive_gcs.py parses it with this
+    assert exporter.split_uri(uri) == ("my-gcp-project-nemo-rl-h200-models", "gemma3-27b-gsm8k.archive/")
+    # The scripts the step imports ship beside it, in the ConfigMap and the per-run copy on Lustre.
+    data = run.one("kubernetes:core/v1:ConfigMap", "pipeline-scripts").inputs["data"]
+    assert {"archive_gcs.py", "export_gcs.py", "convert_checkpoint.py"} <= set(data)
+    off = run_jobs("h200", infra_outputs)
+    assert "archive" not in [s["step"] for s in off.outputs["pipeline"]] and off.outputs["archiveUri"] == ""
+
+
+def test_archive_without_a_conversion_keeps_the_checkpoint_only(infra_outputs):
+    infra = infra_of(infra_outputs["h200"])
+    job = job_with(infra, archive=True, convertToHf=False, evalFinal=False)
+    archive = pipeline_steps(job, infra)[-1]
+    assert archive.name == "archive" and "--hf" not in archive.entrypoint
+
+
+def test_archive_needs_an_export_bucket_and_is_refused_before_anything_is_registered(infra_outputs):
+    with pytest.raises(ConfigError) as caught:
+        run_jobs("dev", infra_outputs, {"archive": True})  # the dev infra has no export bucket
+    assert str(caught.value).startswith("config 'archive' = True is not allowed: false unless the infra stack")
+    assert "exportBucket" in str(caught.value)
+    with pytest.raises(ConfigError, match=r"'archive' = 'maybe'.*true or false"):
+        job_with(infra_of(infra_outputs["h200"]), archive="maybe")
+    with pytest.raises(ConfigError, match=r"'archive' = True.*false with benchmark"):
+        job_with(infra_of(infra_outputs["h200"]), benchmark=True, convertToHf=False, evalBase=False,
+                 evalFinal=False, archive=True)  # fmt: skip
+
+
+def test_a_rerun_of_train_or_convert_warns_that_archive_keeps_the_old_copy(infra_outputs):
+    infra = infra_of(infra_outputs["h200"])
+    job = job_with(infra, archive=True, rerun={"convert-hf": 1, "export-gcs": 1, "eval-final": 1})
+    assert [w.split(" reads")[0] for w in rerun_warnings(pipeline_steps(job, infra))] == ["rerun: archive"]
+
+
+# --- the smoke stack: the small model, two steps, on whichever infra stack it names --------------------------------
+
+
+@pytest.mark.parametrize("infra", ["h200", "b200"])
+def test_the_smoke_stack_runs_the_small_model_for_two_steps_on_h200_and_b200(infra_outputs, infra):
+    run = run_jobs("smoke", infra_outputs, infra=infra)
+    steps = {s["step"]: s for s in run.outputs["pipeline"]}
+    assert list(steps) == [
+        "preflight-nccl", "preflight-lustre", "prepare-data", "prefetch-weights", "eval-base", "train",
+        "convert-hf", "export-gcs", "eval-final",
+    ]  # fmt: skip
+    words = shlex.split(steps["train"]["entrypoint"])
+    recipe = "examples/configs/recipes/llm/grpo-qwen2.5-math-1.5b-instruct-1n8g-fsdp2tp1.v3.yaml"
+    assert f"--config={recipe}" in words
+    for override in (
+        "cluster.num_nodes=1",
+        "cluster.gpus_per_node=8",
+        "grpo.max_num_steps=2",
+        "policy.train_global_batch_size=64",
+        "policy.generation.colocated.enabled=True",
+        "policy.generation.vllm_cfg.tensor_parallel_size=1",
+        "policy.dtensor_cfg.tensor_parallel_size=1",
+        "checkpointing.checkpoint_dir=/data/smoke-qwen-1p5b-2steps",
+    ):
+        assert override in words, override
+    assert f"--address={infra_outputs[infra]['rayAddress']}" in words
+    assert run.outputs["modelUri"] == f"gs://{infra_outputs[infra]['exportBucket']}/smoke-qwen-1p5b-2steps/"
+    assert run.outputs["estimatedRun"]["nodes"] == 1 and run.outputs["estimatedRun"]["steps"] == 2
+    # It fits the infra: one of its GPU nodes, every GPU of it trains (colocated), 64 samples over 8 ranks.
+    project, config = load_stack_config(JOBS, "smoke")
+    values = {key.removeprefix(f"{project}:"): value for key, value in config.items()}
+    infra_settings = infra_of(infra_outputs[infra])
+    job = build_job_settings({**values, "infraStack": f"organization/nemo-rl-gke/{infra}"}, infra_settings)
+    assert job.num_nodes <= infra_settings.ray_worker_replicas and infra_settings.gpus_per_node == 8
+    assert job.train_global_batch_size % (job.num_nodes * infra_settings.gpus_per_node) == 0
+    # Built from the dev stack's run, one step shorter under its own run name (a run directory of its own).
+    _, dev = load_stack_config(JOBS, "dev")
+    same = {k: v for k, v in dev.items() if k.rpartition(":")[2] not in ("infraStack", "runName", "maxNumSteps")}
+    assert {k: config[k] for k in same} == same
+    assert config["nemo-rl-jobs:runName"] != dev["nemo-rl-jobs:runName"]
+
+
+def test_the_smoke_recipe_exists_at_both_releases():
+    _, config = load_stack_config(JOBS, "smoke")
+    for release in ("nemo-rl-v0.5.0", "nemo-rl-v0.7.0"):
+        assert (reference(release) / config["nemo-rl-jobs:recipe"]).is_file(), release
