@@ -33,7 +33,11 @@ RunInfra = Callable[..., ProgramRun]
 # module is one unit of work, run whole on one worker (its module fixtures, such as a Ray head of its own, are set up
 # once), except these modules, whose tests need no more than the session Ray head and their own tmp_path:
 # their tests are spread over the workers one by one.
-SPREAD_MODULES = ("tests/jobs/test_ray_submit.py", "tests/jobs/test_runtime_env_on_ray.py")
+SPREAD_MODULES = (
+    "tests/jobs/test_ray_submit.py",
+    "tests/jobs/test_runtime_env_on_ray.py",
+    "tests/jobs/test_extension.py",
+)
 # Modules run as one unit with another, for a session fixture they share: the v0.7.0 Ray head (tests/ray_v0_7_0.py).
 RUN_WITH = {"tests/jobs/test_ray_token_auth.py": "tests/jobs/test_ray_2_55_1.py"}
 # The modules that take longest (mostly waiting on real Ray heads; pytest --durations), longest first, handed out
@@ -45,10 +49,12 @@ SLOW_MODULES = (
     "tests/jobs/test_ray_2_55_1.py",
     "tests/jobs/test_ray_token_auth.py",
     "tests/jobs/test_head_restart.py",
+    "tests/jobs/test_admission.py",
     "tests/preflight/test_nccl_allreduce.py",
     "tests/preflight/test_lustre_io.py",
     "tests/jobs/test_ray_submit.py",
     "tests/jobs/test_runtime_env_on_ray.py",
+    "tests/jobs/test_extension.py",
 )
 
 

@@ -253,3 +253,106 @@ def test_the_autoscaler_request_is_the_sum_of_the_admitted_runs_and_each_runs_re
         for proc in waits.values():
             if proc.poll() is None:
                 proc.kill()
+
+
+# --- whole pipelines: the launcher's own script, stand-in steps ---------------------------------------------------
+
+
+FAKE_PYTHON = """#!/bin/bash
+# admission.py is the real one; the worker wait is met at once; each step's submitter logs its id, and a train step
+# holds until the test releases it.
+case "$1" in
+  */admission.py) shift; exec {python} {admission} "$@";;
+  */ray_submit.py)
+    for a; do case "$a" in --submission-id=*) id="${{a#*=}}";; esac; done
+    echo "start $id" >> "$TMPDIR/steps.log"
+    case "$id" in *-train) until [ -e "$TMPDIR/release" ]; do sleep 0.2; done;; esac
+    exit 0;;
+  *) exit 0;;
+esac
+"""
+
+
+@dataclass
+class Pipeline:
+    run: str
+    proc: subprocess.Popen[str]
+    home: Path  # its pod's TMPDIR: the ready file, the steps it started, the release of its train step
+
+    def steps(self) -> list[str]:
+        log = self.home / "steps.log"
+        return log.read_text().split("\n") if log.exists() else []
+
+    def training(self) -> bool:
+        return f"start {self.run}-train" in self.steps()
+
+    def output(self) -> str:
+        return (self.home / "pod.log").read_text()
+
+
+def test_three_pipelines_side_by_side_queued_and_a_deleted_one_gone(head: RayHead, tmp_path: Path) -> None:
+    """The launcher's pipeline.sh for four runs of one GPU node each on a cluster of two: two train side by side, the
+    third waits visibly (no step started) and starts when the first ends, the fourth, deleted while queued (SIGTERM
+    to the pod), leaves the queue at once and is never admitted."""
+    from conftest import shared_infra_run
+    from launcher.pipeline import pipeline_script, pipeline_steps
+    from launcher.settings import build_infra_outputs, build_job_settings
+
+    infra = build_infra_outputs(
+        {**shared_infra_run("h200").outputs, "lustreMountPath": str(tmp_path / "data"), "rayAddress": head.address,
+         "rayWorkerReplicas": 2}
+    )  # fmt: skip
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "python").write_text(FAKE_PYTHON.format(python=sys.executable, admission=ADMISSION))
+    (fake_bin / "python").chmod(0o755)
+    for tool in ("mkdir", "cp"):
+        (fake_bin / tool).write_text("#!/bin/bash\nexit 0\n")
+        (fake_bin / tool).chmod(0o755)
+
+    def start(name: str) -> Pipeline:
+        run = f"{name}-{uuid.uuid4().hex[:6]}"
+        values = {"infraStack": "organization/nemo-rl-gke/h200", "runName": run, "numNodes": 1, "generationNodes": 0,
+                  "preflight": False}  # fmt: skip
+        job = build_job_settings(values, infra)
+        home = tmp_path / run
+        home.mkdir()
+        env = {**_env(), "PATH": f"{fake_bin}:/usr/bin:/bin", "TMPDIR": str(home)}
+        with (home / "pod.log").open("w") as log:
+            proc = subprocess.Popen(
+                ["bash", "-c", pipeline_script(job, infra, pipeline_steps(job, infra))],
+                stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
+            )  # fmt: skip
+        return Pipeline(run, proc, home)
+
+    pipelines: list[Pipeline] = []
+    try:
+        a = start("a")
+        pipelines.append(a)
+        b = start("b")
+        pipelines.append(b)
+        wait_for(lambda: a.training() and b.training(), 90, "a and b to train side by side")
+        c = start("c")
+        pipelines.append(c)
+        wait_for(lambda: "admission: queued behind" in c.output(), 60, "c to say it is queued")
+        d = start("d")
+        pipelines.append(d)
+        wait_for(lambda: f"admission: queued behind {c.run}" in d.output(), 60, "d to queue behind c")
+        assert c.steps() == [] and d.steps() == []  # no step of a queued run started
+        d.proc.send_signal(signal.SIGTERM)  # its Job deleted while queued
+        assert d.proc.wait(timeout=60) == 128 + signal.SIGTERM
+        directory = str(tmp_path / "data" / ".run-admission")
+        wait_for(lambda: d.run not in "\n".join(status_lines(directory)), 30, "d to leave the queue")
+        (a.home / "release").touch()
+        assert a.proc.wait(timeout=120) == 0
+        wait_for(c.training, 90, "c to train once a ended")
+        assert "admission: admitted" in c.output() and d.steps() == []
+        for rest in (b, c):
+            (rest.home / "release").touch()
+            assert rest.proc.wait(timeout=120) == 0
+        # Every pipeline that ended gave its place back (a released entry counts only while a job of it runs).
+        assert all("(released)" in line or line.startswith("no run") for line in status_lines(directory))
+    finally:
+        for pipeline in pipelines:
+            if pipeline.proc.poll() is None:
+                pipeline.proc.kill()
