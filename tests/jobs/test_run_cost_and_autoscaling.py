@@ -118,7 +118,13 @@ def test_with_the_autoscaler_only_the_runs_nodes_are_asked_for(exported):
     assert f"--request-address={two_workers['rayClientAddress']}" in train_wait
 
 
-def test_without_the_autoscaler_every_held_worker_is_checked(exported):
-    first, train_wait, preflight = _waits_and_preflight_nodes(exported["h200"])  # 2 workers, held by the cluster
-    assert "--nodes=2" in first and preflight == {"--nodes=2"}
+def test_without_the_autoscaler_only_the_runs_own_workers_are_waited_for_and_checked(exported):
+    """The cluster holds 2 workers; the one-node run is admitted for one, and another run may hold the other: its
+    waits ask for no more (beside the admitted runs' nodes, which the wait reads at run time), and its pre-flights
+    leave the other run's GPUs alone."""
+    first, train_wait, preflight = _waits_and_preflight_nodes(exported["h200"])
+    assert "--nodes=1" in first and preflight == {"--nodes=1"}
     assert "--nodes=1" in train_wait and not any(w.startswith("--request-address") for w in train_wait)
+    assert any(w.startswith("--admission-dir=") for w in first) and any(
+        w.startswith("--admission-dir=") for w in train_wait
+    )
