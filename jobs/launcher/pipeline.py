@@ -288,10 +288,11 @@ def model_notes(job: JobSettings) -> list[str]:
     if not job.model:
         return []
     return [
-        f"model {job.model}: fit unchecked: the launcher knows no attention-head count or memory size for it, so "
-        f"neither vllmTensorParallelSize ({job.vllm_tensor_parallel_size}) and dtensorTensorParallelSize "
-        f"({job.dtensor_tensor_parallel_size}) dividing its attention heads nor its weights fitting the GPUs is "
-        "checked before the run; vLLM and NeMo RL refuse a misfit when they start"
+        f"model {job.model}: fit unchecked here: the launcher knows no attention-head count or memory size for it. "
+        f"The prefetch-weights step reads its config.json and fails before training when vllmTensorParallelSize "
+        f"({job.vllm_tensor_parallel_size}) does not divide its attention heads; whether dtensorTensorParallelSize "
+        f"({job.dtensor_tensor_parallel_size}) suits it and its weights fit the GPUs is left to NeMo RL and vLLM "
+        "when they start"
     ]
 
 

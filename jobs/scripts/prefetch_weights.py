@@ -192,6 +192,55 @@ def _hf_xet_version() -> str | None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Fit, as far as the model's own config.json tells
+
+
+def _nested(config: Mapping[str, Any], *keys: str) -> Any:
+    node: Any = config
+    for key in keys:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
+
+
+def attention_heads(model_config: Mapping[str, Any]) -> int | None:
+    """The model's attention heads (a multimodal model such as Gemma 3 keeps them in text_config)."""
+    heads = model_config.get("num_attention_heads") or _nested(model_config, "text_config", "num_attention_heads")
+    return heads if isinstance(heads, int) and heads > 0 else None
+
+
+def fit_problems(run_config: Mapping[str, Any], model_config: Mapping[str, Any]) -> list[str]:
+    """What the model's config.json rules out before any GPU works on it: vLLM splits the attention heads over its
+    tensor-parallel ranks and refuses a size that does not divide them (at engine start, after the run has waited for
+    its nodes and loaded the weights)."""
+    heads = attention_heads(model_config)
+    tp = _nested(run_config, "policy", "generation", "vllm_cfg", "tensor_parallel_size")
+    if heads is None or not isinstance(tp, int) or tp < 1 or heads % tp == 0:
+        return []
+    fits = [n for n in range(1, heads + 1) if heads % n == 0 and n <= 8]
+    return [
+        f"{_nested(run_config, 'policy', 'model_name')} has {heads} attention heads, which vLLM's tensor parallel size "
+        f"{tp} does not divide: set the job setting vllmTensorParallelSize to one of {', '.join(map(str, fits))}"
+    ]
+
+
+def check_fit(run_config: Mapping[str, Any], hf_home: Path, say: Callable[[str], None]) -> int:
+    """After the downloads: the policy model's config.json (from its complete snapshot) against the run's sizes."""
+    model = _nested(run_config, "policy", "model_name")
+    if not isinstance(model, str) or not is_hub_id(model):
+        return 0
+    try:
+        snapshot = Path(json.loads(marker_path(hf_home, model).read_text())["snapshot"])
+        model_config = json.loads((snapshot / "config.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        say(f"{model}: no config.json in its snapshot; its fit to the run's sizes is not checked here")
+        return 0
+    problems = fit_problems(run_config, model_config)
+    for problem in problems:
+        say(f"does not fit: {problem}")
+    return 1 if problems else 0
+
+
 def run(models: Iterable[str], hf_home: Path, download: Download, say: Callable[[str], None]) -> int:
     failed = []
     for repo_id in models:
@@ -224,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         print(message, flush=True)
 
     try:
-        models = models_in(resolve_config(own.nemo_rl_dir.resolve(), argv[cut + 1 :]))
+        run_config = resolve_config(own.nemo_rl_dir.resolve(), argv[cut + 1 :])
+        models = models_in(run_config)
     except Exception as exc:
         say(f"could not resolve the run's config with NeMo RL: {type(exc).__name__}: {' '.join(str(exc).split())}")
         return 1
@@ -239,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Xet high-performance mode: {high_performance_status(constants, _hf_xet_version())}"
         + ("" if asked else " (as the environment sets it)")
     )
-    return run(models, Path(hf_home), snapshot_download, say)
+    return run(models, Path(hf_home), snapshot_download, say) or check_fit(run_config, Path(hf_home), say)
 
 
 if __name__ == "__main__":

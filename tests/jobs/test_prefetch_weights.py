@@ -210,3 +210,35 @@ def test_without_hf_home_or_arguments_it_says_what_is_missing(tmp_path: Path):
     assert result.returncode == 2 and "HF_HOME" in result.stdout
     result = subprocess.run([str(nemo_rl_python()), str(SCRIPT)], env=env, capture_output=True, text=True)
     assert result.returncode == 2 and "after '--'" in result.stdout
+
+
+def _run_config(model: str, vllm_tp: int) -> dict:
+    return {"policy": {"model_name": model, "generation": {"vllm_cfg": {"tensor_parallel_size": vllm_tp}}}}
+
+
+def test_vllms_tensor_parallel_size_must_divide_the_models_attention_heads():
+    """vLLM refuses, at engine start, a tensor-parallel size that does not divide the attention heads ("Total number of
+    attention heads (28) must be divisible by tensor parallel size (3)"); the model's config.json tells it first."""
+    gemma = {"text_config": {"num_attention_heads": 32}}  # a multimodal config keeps its text model's heads apart
+    assert prefetch.fit_problems(_run_config("google/gemma-3-27b-it", 8), gemma) == []
+    qwen = {"num_attention_heads": 12}
+    [problem] = prefetch.fit_problems(_run_config("Qwen/Qwen2.5-Math-1.5B-Instruct", 8), qwen)
+    assert problem == (
+        "Qwen/Qwen2.5-Math-1.5B-Instruct has 12 attention heads, which vLLM's tensor parallel size 8 does not divide: "
+        "set the job setting vllmTensorParallelSize to one of 1, 2, 3, 4, 6"
+    )
+    assert prefetch.fit_problems(_run_config("Qwen/Qwen2.5-Math-1.5B-Instruct", 4), qwen) == []
+    assert prefetch.fit_problems(_run_config("x/y", 8), {}) == []  # no heads in the config: nothing to say
+
+
+def test_the_step_fails_on_a_misfit_after_the_download(tmp_path: Path):
+    hf_home = tmp_path / "hf"
+    hub = FakeHub(hf_home, {**FILES, "config.json": json.dumps({"num_attention_heads": 12}).encode()})
+    said: list[str] = []
+    assert prefetch.run(["Qwen/Qwen2.5-Math-1.5B-Instruct"], hf_home, hub, said.append) == 0
+    assert prefetch.check_fit(_run_config("Qwen/Qwen2.5-Math-1.5B-Instruct", 8), hf_home, said.append) == 1
+    assert said[-1].startswith("does not fit: Qwen/Qwen2.5-Math-1.5B-Instruct has 12 attention heads")
+    assert prefetch.check_fit(_run_config("Qwen/Qwen2.5-Math-1.5B-Instruct", 2), hf_home, said.append) == 0
+    # A model never fetched (or without a config.json): said, not refused.
+    assert prefetch.check_fit(_run_config("other/model", 8), hf_home, said.append) == 0
+    assert said[-1] == "other/model: no config.json in its snapshot; its fit to the run's sizes is not checked here"
