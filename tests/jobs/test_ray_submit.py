@@ -267,7 +267,10 @@ def test_unreachable_address_exits_4_quickly() -> None:
     result = _run(_cmd(address, "t-unreachable", "true", extra=("--connect-timeout", "2")), timeout=60)
     elapsed = time.monotonic() - started
     assert result.returncode == errors.EXIT_UNREACHABLE == 4, result.stdout + result.stderr
-    assert elapsed < 20
+    # It gave up after --connect-timeout, not the default 600 s; starting Python and importing Ray take the rest,
+    # which on two loaded cores was seen to reach 30 s.
+    assert elapsed < 120
+    assert "waiting up to 2 s" in result.stdout
     assert address in _last_line(result.stdout)
     assert "unreachable" in _last_line(result.stdout)
 
