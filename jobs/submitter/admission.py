@@ -258,12 +258,14 @@ class Admission:
         (GPU nodes of the admitted runs, whether the request stands.)"""
         with self.decision() as entries:
             entry = self.mine(entries)
-            if entry is not None and entry.waiting != waiting:
+            changed = entry is not None and entry.waiting != waiting
+            if entry is not None:
                 entry.waiting = waiting
-                write_entry(self.directory, entry)
             total = admitted_nodes(entries)
             wanted = any(e.waiting for e in entries if e.admitted_at)
             request([{"GPU": gpus_per_node}] * total if wanted else [])
+            if changed and entry is not None:  # only once the cluster has it: a failed request changes nothing
+                write_entry(self.directory, entry)
             return total, wanted
 
     def needed_nodes(self) -> int:

@@ -65,6 +65,29 @@ def test_the_queue_is_first_come_first_served_and_says_whom_it_waits_behind() ->
     assert why_queued(early, entries, 3).startswith("queued behind a: needs 2 GPU node(s), 1 free of 3")
 
 
+def test_a_request_that_did_not_reach_the_cluster_marks_no_wait(tmp_path: Path) -> None:
+    """The wait's flag is written only once the autoscaler has the request: a failed call (Ray Client not reachable
+    yet) must not leave a standing 'waiting' that would keep the next withdrawal from clearing the request."""
+    from submitter.admission import Admission, read_entries
+    from submitter.output import Output
+
+    admission = Admission(str(tmp_path), "exp", Output(), "http://127.0.0.1:9", live_jobs=lambda _address: [])
+    admission.join(1, ["exp-train"])
+    assert admission.try_admit(1) == (True, "")
+
+    def unreachable(_bundles: list[dict[str, int]]) -> None:
+        raise ConnectionError("ray client connection timeout")
+
+    with pytest.raises(ConnectionError):
+        admission.set_waiting(True, unreachable, 8)
+    assert [e.waiting for e in read_entries(str(tmp_path))] == [False]
+    asked: list[list[dict[str, int]]] = []
+    assert admission.set_waiting(True, asked.append, 8) == (1, True)
+    assert [e.waiting for e in read_entries(str(tmp_path))] == [True]
+    assert admission.set_waiting(False, asked.append, 8) == (1, False)
+    assert asked == [[{"GPU": 8}], []]
+
+
 # --- on a real Ray head -----------------------------------------------------------------------------------------
 
 
