@@ -732,7 +732,44 @@ def check_keys(project: str, keys: Iterable[str]) -> None:
             raise UnknownKeyError(full_key, f"its namespace is not {project!r}; did you mean '{project}:{key}'?")
 
 
+# Names a user may reach for that are not this project's keys, by their letters alone (case, '_' and '-' dropped):
+# the provider's own keys set without their namespace, and the variables of the GKE NeMo RL tutorial this project
+# replaces (its `export NAME=...` lines). Each maps to what to set instead.
+KEY_ALIASES: dict[str, str] = {
+    "region": "'gcp:region' (the provider's key: pulumi config set gcp:region REGION)",
+    "controlplaneregion": "'gcp:region' (the provider's key: pulumi config set gcp:region REGION)",
+    "project": "'gcp:project' (the provider's key: pulumi config set gcp:project PROJECT_ID)",
+    "projectid": "'gcp:project' (the provider's key: pulumi config set gcp:project PROJECT_ID)",
+    "nodezone": "'zone'",
+    "gpuzone": "'zone'",
+    "machinetype": "'gpuType': the GPU nodes' machine type follows it (nvidia-h200-141gb: a3-ultragpu-8g, "
+    "nvidia-b200: a4-highgpu-8g); the CPU pool's is 'cpuMachineType'",
+    "gpumachinetype": "'gpuType': the GPU nodes' machine type follows it (nvidia-h200-141gb: a3-ultragpu-8g, "
+    "nvidia-b200: a4-highgpu-8g)",
+    "ksaname": "'kubernetesServiceAccount'",
+    "lustrename": "'clusterName': the Lustre instance is named CLUSTER-lustre (its file system name is "
+    "lustre.filesystem: pulumi config set --path lustre.filesystem NAME)",
+    "replicacount": "'rayWorkerReplicas'",
+    "hftoken": "'hfToken', stored encrypted: pulumi config set --secret hfToken hf_...",
+    "wandbapikey": "'wandbApiKey', stored encrypted: pulumi config set --secret wandbApiKey KEY",
+    "network": "nothing: the networks are named after clusterName; their ranges are networkRanges",
+    "gvnicnetworkprefix": "nothing: the gVNIC network is named after clusterName; its range is "
+    "networkRanges.gvnicSubnet",
+    "rdmanetworkprefix": "nothing: the RDMA network is named after clusterName; its ranges are "
+    "networkRanges.rdmaSubnets",
+}
+
+
+def alias_hint(key: str, aliases: Mapping[str, str]) -> str | None:
+    """What to set instead of `key` when it is a known stand-in (KEY_ALIASES), else None."""
+    target = aliases.get(re.sub(r"[^a-z0-9]", "", key.lower()))
+    return f"did you mean {target}?" if target else None
+
+
 def _closest(key: str, known: Iterable[str]) -> str:
+    alias = alias_hint(key, KEY_ALIASES)
+    if alias:
+        return alias
     match = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
     return f"did you mean '{match[0]}'?" if match else "see the configuration tables in docs/configuration.md"
 

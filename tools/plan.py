@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ if str(ROOT) not in sys.path:  # `python tools/plan.py` puts tools/ first, not t
     sys.path.insert(0, str(ROOT))
 
 from infra.cost import USER_RATE, dollars, summary_lines  # noqa: E402
-from tools import first_step, ray_pods, timeline  # noqa: E402
+from tools import first_step, ray_pods, stack_check, timeline  # noqa: E402
 from tools.offline import (  # noqa: E402
     REDACTED,
     MissingConfigError,
@@ -51,6 +53,7 @@ from tools.offline import (  # noqa: E402
 from tools.render import manifest, redact  # noqa: E402
 
 JOBS_DIR = ROOT / "jobs"
+NEMORL_PYTHON = ROOT / ".venv-nemorl" / "bin" / "python"
 # Obviously fake: they must never show up in anything written (tests check), only "[secret]" does.
 PLACEHOLDER_SECRETS = {"hfToken": "hf_PLACEHOLDER_not_a_token", "wandbApiKey": "wandb_PLACEHOLDER_not_a_key"}
 EXIT_CONFIG = 2
@@ -178,6 +181,16 @@ def infra_stack_of(stack: str) -> str | None:
     return named if named and (ROOT / f"Pulumi.{named}.yaml").is_file() else None
 
 
+def _named_infra_stack(stack: str) -> str:
+    """The job stack file's infraStack, as written ('' when the file or the key is missing)."""
+    job_file = JOBS_DIR / f"Pulumi.{stack}.yaml"
+    try:
+        config = (yaml.safe_load(job_file.read_text()) or {}).get("config") or {}
+    except (OSError, yaml.YAMLError):
+        return ""
+    return str(config.get("nemo-rl-jobs:infraStack") or "")
+
+
 def stacks_available() -> list[str]:
     """Job stack files with an infra stack to run on: one of the same name, or the one its infraStack names."""
     jobs = {p.name[len("Pulumi.") : -len(".yaml")] for p in JOBS_DIR.glob("Pulumi.*.yaml")}
@@ -226,10 +239,22 @@ def _placeholders_for_encrypted(project: str, config: dict[str, Any], stack_file
 
 
 def run_plan(
-    stack: str, infra_overrides: Sequence[str] = (), job_overrides: Sequence[str] = (), wandb: bool = True
+    stack: str,
+    infra_overrides: Sequence[str] = (),
+    job_overrides: Sequence[str] = (),
+    wandb: bool = True,
+    nemo_rl_sources: Path | None = None,
 ) -> Plan:
     """Both programs under mocks; raises PlanError for an unknown stack, pulumi.RunError for bad config. With
     wandb=False no W&B key is given, as for a user without one: the run logs to TensorBoard instead."""
+    named = _named_infra_stack(stack)
+    if stack not in stacks_available() and (JOBS_DIR / f"Pulumi.{stack}.yaml").is_file() and named:
+        raise PlanError(
+            f"config 'nemo-rl-jobs:infraStack' = {named!r} in jobs/Pulumi.{stack}.yaml names no infra stack file "
+            f"here (neither Pulumi.{stack}.yaml nor Pulumi.{named.rpartition('/')[2]}.yaml exists): name one of "
+            f"{', '.join(stack_check_infra_files())}: pulumi config set --cwd jobs --stack {stack} infraStack "
+            "organization/nemo-rl-gke/<infra stack>"
+        )
     if stack not in stacks_available():
         raise PlanError(
             f"no stack {stack!r}: STACK must name jobs/Pulumi.{stack}.yaml and an infra stack file, "
@@ -238,10 +263,21 @@ def run_plan(
         )
     progress(1, "infra program (mocks)")
     infra_stack = infra_stack_of(stack) or stack
+    problem = stack_check.infra_stack_problem(stack, infra_stack, named) if named else None
+    if problem:
+        raise PlanError(problem)
     project, config = load_stack_config(ROOT, infra_stack)
     _apply_overrides(project, config, infra_overrides)
-    secrets = {f"{project}:{key}": value for key, value in PLACEHOLDER_SECRETS.items()}
-    secrets.update(_placeholders_for_encrypted(project, config, f"Pulumi.{infra_stack}.yaml"))
+    infra_file = f"Pulumi.{infra_stack}.yaml"
+    if stack not in EXAMPLE_STACKS:  # a user's stack: what `pulumi up` would refuse, or run with a stand-in
+        problems = stack_check.infra_secret_problems(infra_stack, config, infra_file)
+        problems += stack_check.placeholder_problems(infra_stack, config, infra_file)
+        if problems:
+            raise PlanError("\nplan: ".join(problems))
+        secrets = {}  # only the secrets the stack holds (encrypted): without a W&B key the run logs to TensorBoard
+    else:  # the examples hold no secrets: planned as for a user who set both
+        secrets = {f"{project}:{key}": value for key, value in PLACEHOLDER_SECRETS.items()}
+    secrets.update(_placeholders_for_encrypted(project, config, infra_file))
     if not wandb:  # as for a user without a W&B key, whatever the stack file holds
         secrets.pop(f"{project}:wandbApiKey", None)
     infra = run_program(ROOT, config, secrets=secrets, stack=infra_stack)
@@ -260,9 +296,81 @@ def run_plan(
         stack_secret_outputs={reference: infra.secret_outputs} if reference else {},
     )
 
+    for line in check_with_nemo_rl(infra, jobs, job_config.get(f"{job_project}:extraOverrides") or [], nemo_rl_sources):
+        print(f"      {line}")
+
     progress(3, "timeline model")
     model = timeline.build([infra.resources, jobs.resources])
     return Plan(stack=stack, infra=infra, jobs=jobs, timeline=model)
+
+
+def stack_check_infra_files() -> list[str]:
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
+
+
+def _nemo_rl_loader(sources: Path, words: Sequence[str]) -> tuple[dict[str, Any] | None, str]:
+    """NeMo RL's own loader (tools/nemorl_config.py in .venv-nemorl) on the release's sources: (resolved config,
+    '') or (None, its one-line refusal)."""
+    result = subprocess.run(
+        [str(NEMORL_PYTHON), str(ROOT / "tools" / "nemorl_config.py"), "--nemo-rl", str(sources), "--", *words],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    if result.returncode == 0:
+        return json.loads(result.stdout), ""
+    lines = result.stderr.strip().splitlines()
+    return None, lines[-1] if lines else f"exit {result.returncode}"
+
+
+def check_with_nemo_rl(
+    infra: ProgramRun, jobs: ProgramRun, extra: Sequence[str], sources_root: Path | None
+) -> list[str]:
+    """Every GRPO step's recipe and overrides against the image's NeMo RL release, read by that release's own
+    loader (the first thing the entrypoint does at train, after the GPU nodes are up). Raises PlanError for what it
+    refuses; returns the lines to print (what was checked, or why nothing was and how to fix that)."""
+    release = infra.outputs.get("nemoRlRelease") or {}
+    tag, entrypoint = release.get("tag"), release.get("grpoEntrypoint")
+    if not tag or not entrypoint:
+        return ["recipe and override keys NOT checked: the image's NeMo RL release is not one the project knows"]
+    root = sources_root or stack_check.default_sources_root()
+    missing = stack_check.sources_problem(root, tag)
+    if missing:
+        return [missing]
+    if not NEMORL_PYTHON.is_file():
+        return [
+            f"recipe and override keys NOT checked against NeMo RL {tag}: no {NEMORL_PYTHON.parent.parent.name} "
+            "(NeMo RL's loader needs its own Python): create it with: make .venv-nemorl/.installed"
+        ]
+    sources = stack_check.release_sources(root, tag)
+    checked = []
+    for step in jobs.outputs.get("pipeline") or []:
+        words = shlex.split(str(step.get("entrypoint") or ""))
+        if entrypoint not in words:
+            continue
+        words = words[words.index(entrypoint) + 1 :]
+        recipe = words[0].removeprefix("--config=")
+        problem = stack_check.recipe_problem(sources, tag, recipe)
+        if problem:
+            raise PlanError(problem)
+        tail = list(extra) if extra and words[-len(extra) :] == list(extra) else []
+        ours = words[: len(words) - len(tail)]
+        resolved, refusal = _nemo_rl_loader(sources, ours)
+        if resolved is None:
+            raise PlanError(f"NeMo RL {tag}'s loader refused step {step['step']}'s config ({recipe}): {refusal}")
+        problems = stack_check.override_key_problems(resolved, tail, recipe, tag)
+        if problems:
+            raise PlanError("\nplan: ".join(problems))
+        if tail:
+            resolved, refusal = _nemo_rl_loader(sources, words)
+            if resolved is None:
+                raise PlanError(
+                    f"config 'nemo-rl-jobs:extraOverrides' = {tail!r}: NeMo RL {tag}'s loader refused them on "
+                    f"{recipe}: {refusal}: fix or remove the item it names"
+                )
+        checked.append(step["step"])
+    return [f"NeMo RL {tag}'s own loader accepted the recipe and overrides of: {', '.join(checked)} ({sources})"]
 
 
 def progress(step: int, what: str) -> None:
@@ -634,9 +742,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-wandb", action="store_true", help="give no W&B key (the run logs to TensorBoard on Lustre)"
     )
     parser.add_argument("--quiet", action="store_true", help="no summary, only the progress lines")
+    parser.add_argument(
+        "--nemo-rl-sources",
+        type=Path,
+        default=None,
+        help="folder holding nemo-rl-<tag>/, NeMo RL's sources at the image's release, to check the recipe and "
+        f"overrides with its own loader (default {stack_check.default_sources_root()})",
+    )
     args = parser.parse_args(argv)
     try:
-        plan = run_plan(args.stack, args.config, args.job_config, wandb=not args.no_wandb)
+        plan = run_plan(
+            args.stack, args.config, args.job_config, wandb=not args.no_wandb, nemo_rl_sources=args.nemo_rl_sources
+        )
     except (PlanError, StackFileError) as error:
         print(f"plan: {error}", file=sys.stderr)
         return EXIT_CONFIG

@@ -271,7 +271,24 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
     else:
         overrides.append("logger.wandb_enabled=False")
     overrides.append("logger.tensorboard_enabled=True")
+    refuse_second_appends(overrides, job.extra_overrides)
     return overrides + list(job.extra_overrides)
+
+
+def refuse_second_appends(ours: list[str], extra: tuple[str, ...]) -> None:
+    """An extraOverride `+key=...` for a key these overrides already set: Hydra refuses a key appended twice, or
+    appended where the config has it, and NeMo RL's loader fails at train, after the GPUs are up."""
+    ours_by_key = {item.split("=", 1)[0].lstrip("+~"): item for item in ours}
+    for item in extra:
+        name = item.split("=", 1)[0]
+        key = name.lstrip("+~")
+        if name.startswith("+") and not name.startswith("++") and key in ours_by_key:
+            raise ConfigError(
+                "extraOverrides",
+                item,
+                f"the pipeline already sets {key} ({ours_by_key[key]}) and Hydra refuses a second append: drop the "
+                f"'+' to override its value ({key}={item.split('=', 1)[1]}), or remove the item",
+            )
 
 
 def model_overrides(job: JobSettings) -> list[str]:

@@ -726,6 +726,17 @@ _PLAIN_KEYS = (
 _OBJECT_KEYS = ("extraOverrides", "rerun", "dataset")
 
 
+# The GKE NeMo RL tutorial's variables (its `export NAME=...` lines), by their letters alone (case, '_' and '-'
+# dropped), that a job stack sets under another name or not at all: the hint for each.
+KEY_ALIASES = {
+    "replicacount": "did you mean 'numNodes'? (the run's GPU nodes; the infra's rayWorkerReplicas is the most)",
+    "worldsize": "did you mean 'numNodes'? (the run's GPUs are numNodes x the infra's gpusPerNode)",
+    "hftoken": "the token is the infra stack's secret: pulumi config set --secret hfToken hf_... in the infra project",
+    "wandbapikey": "the key is the infra stack's secret: pulumi config set --secret wandbApiKey KEY in the infra "
+    "project",
+}
+
+
 def check_keys(project: str, keys: Iterable[str]) -> None:
     """Refuse a key in this project's namespace that the program does not read (or in a near miss of the
     namespace): it would be ignored without a word. Names the closest known key."""
@@ -733,8 +744,15 @@ def check_keys(project: str, keys: Iterable[str]) -> None:
     for full_key in sorted(keys):
         namespace, _, key = full_key.rpartition(":")
         if namespace == project and key not in known:
+            alias = KEY_ALIASES.get(re.sub(r"[^a-z0-9]", "", key.lower()))
             match = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-            hint = f"did you mean '{match[0]}'?" if match else "see the job stack's table in docs/configuration.md"
+            hint = (
+                alias
+                if alias
+                else f"did you mean '{match[0]}'?"
+                if match
+                else "see the job stack's table in docs/configuration.md"
+            )
             raise UnknownKeyError(full_key, hint)
         if namespace != project and difflib.get_close_matches(namespace, [project]):
             raise UnknownKeyError(full_key, f"its namespace is not {project!r}; did you mean '{project}:{key}'?")

@@ -197,6 +197,25 @@ def test_bad_job_config_names_key_and_value(infra_outputs, values, key, fragment
     assert fragment in str(caught.value)
 
 
+def test_a_second_append_of_a_key_the_pipeline_sets_is_refused(infra_outputs):
+    """Hydra refuses `+key=` for a key appended before (the pipeline appends the data paths at v0.5.0): one line,
+    the item, the key and the fix."""
+    infra = infra_of(infra_outputs["h200"])
+    ours = grpo_overrides(job_with(infra), infra)
+    appended = next(item for item in ours if item.startswith("+"))
+    key = appended[1:].split("=", 1)[0]
+    with pytest.raises(ConfigError) as caught:
+        grpo_overrides(job_with(infra, extraOverrides=[f"+{key}=/data/mine.jsonl"]), infra)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"config 'extraOverrides' = '+{key}=/data/mine.jsonl' is not allowed: ")
+    assert f"the pipeline already sets {key} ({appended})" in message
+    assert f"drop the '+' to override its value ({key}=/data/mine.jsonl)" in message
+    # Without the '+' it overrides the value, last wins; '++' is Hydra's add-or-override: both pass.
+    for item in (f"{key}=/data/mine.jsonl", f"++{key}=/data/mine.jsonl"):
+        assert grpo_overrides(job_with(infra, extraOverrides=[item]), infra)[-1] == item
+
+
 def test_training_gpus_divide_dtensor_tp_with_more_nodes(infra_outputs):
     infra = infra_of({**infra_outputs["h200"], "rayWorkerReplicas": 4})
     job = job_with(infra, numNodes=4, generationNodes=1, dtensorTensorParallelSize=8, numPromptsPerStep=12)
