@@ -60,11 +60,13 @@ SOURCES: dict[str, Source] = {
         reliability=THIRD_PARTY,
     ),
     "gpu-list-prices": Source(
-        title="Hugging Face dataset tanod/cloud-gpu-list-prices, snapshot 2026-10-13",
+        title="Hugging Face dataset tanod/cloud-gpu-list-prices (second-hand)",
         where="https://huggingface.co/datasets/tanod/cloud-gpu-list-prices",
         what=(
             "per-GPU share of the whole a3-ultragpu-8g machine (GPUs, vCPUs and memory), on-demand and spot, taken "
-            "by the dataset from the Cloud Billing Catalog API; kept as the figure not chosen (see `others`)"
+            "by the dataset from the Cloud Billing Catalog API: us-central1 $10.4365 on-demand ($83.49 per VM-hour), "
+            "europe-west1 $11.4934 ($91.95). Used for A3 Ultra on-demand: it prices the VM's vCPUs and memory with "
+            "the machine's own SKUs, where SkyPilot's machine row uses A3 High rates (see `others`)"
         ),
         reliability=THIRD_PARTY,
         read_on="2026-10-13",
@@ -96,6 +98,22 @@ SOURCES: dict[str, Source] = {
             "cluster management fee $0.10 per cluster-hour, any mode and topology; the free-tier credit ($74.40 a "
             "month per billing account) applies to zonal and Autopilot clusters only, and this stack's cluster is "
             "regional"
+        ),
+        reliability=OFFICIAL,
+    ),
+    "consumption-options": Source(
+        title="Cluster Director: choose a consumption option",
+        where=(
+            "https://docs.cloud.google.com/cluster-director/docs/choose-consumption-option and "
+            "https://docs.cloud.google.com/ai-hypercomputer/docs/obtain-capacity"
+        ),
+        what=(
+            "how A4 and A3 Ultra are sold: future reservations for blocks of capacity, discounted up to 53% (a "
+            "reservation of a year or longer needs a resource-based commitment attached), and future reservations "
+            "in calendar mode (up to 90 days), discounted up to 53% and billed at Dynamic Workload Scheduler prices "
+            "for the whole reservation period, used or not; flex-start, discounted up to 53% at Dynamic Workload "
+            "Scheduler prices, charged while in use; spot, up to 91% off; on-demand only for N2. No dollar figure "
+            "for the discounted rates is given there"
         ),
         reliability=OFFICIAL,
     ),
@@ -181,14 +199,15 @@ MACHINE_HOURLY: dict[str, dict[str, dict[str, Price]]] = {
     "a3-ultragpu-8g": {
         "us-central1": {
             ON_DEMAND: Price(
-                _H200_X8_US_CENTRAL1[0] + _A3U_VM["us-central1"][0],
-                "skypilot-catalog",
+                10.4365 * 8,
+                "gpu-list-prices",
                 others=(
                     Other(
-                        10.4365 * 8,
-                        "gpu-list-prices",
-                        "3.8% below the sum of the two billing SKUs Google bills for the VM (GPU $9.31174 x 8 + "
-                        "vCPU/memory $12.266 = $86.76); cloudprice.net is reported (issue 21) to agree with $86.76",
+                        _H200_X8_US_CENTRAL1[0] + _A3U_VM["us-central1"][0],
+                        "skypilot-catalog",
+                        "$86.76 = GPUs $9.31174 x 8 + machine row $12.266, and that machine row prices the VM's 224 "
+                        "vCPUs and 2,952 GiB at A3 High rates (../shared/FACTS.md, 2026-12-02, second-hand), not A3 "
+                        "Ultra's own; cloudprice.net is reported (issue 21) to agree with $86.76",
                     ),
                 ),
             ),
@@ -216,19 +235,16 @@ MACHINE_HOURLY: dict[str, dict[str, dict[str, Price]]] = {
         },
         "europe-west1": {
             ON_DEMAND: Price(
-                _H200_X8_US_CENTRAL1[0] * _EUROPE_WEST1_UPLIFT + _A3U_VM["europe-west1"][0],
-                "skypilot-catalog",
-                derived=(
-                    "SkyPilot's europe-west1 H200 row holds a flex-start figure, so the GPUs are its us-central1 "
-                    "on-demand row ($74.49) times the europe-west1/us-central1 ratio of its own a3-ultragpu-8g "
-                    "machine rows (1.101), plus the europe-west1 machine row ($13.51)"
-                ),
+                11.4934 * 8,
+                "gpu-list-prices",
                 others=(
                     Other(
-                        11.4934 * 8,
-                        "gpu-list-prices",
-                        "the dataset's us-central1 figure is 3.8% below the billing SKUs' sum; its own europe-west1/"
-                        "us-central1 ratio (1.1013) matches the one used here",
+                        _H200_X8_US_CENTRAL1[0] * _EUROPE_WEST1_UPLIFT + _A3U_VM["europe-west1"][0],
+                        "skypilot-catalog",
+                        "derived, not read: SkyPilot's europe-west1 H200 row holds a flex-start figure, so this is its "
+                        "us-central1 on-demand GPU row ($74.49) times the europe-west1/us-central1 ratio of its own "
+                        "machine rows (1.101) plus the europe-west1 machine row ($13.51), at A3 High vCPU/memory "
+                        "rates; the dataset's own europe-west1/us-central1 ratio (1.1013) agrees",
                     ),
                 ),
             ),
@@ -273,8 +289,11 @@ MACHINE_HOURLY: dict[str, dict[str, dict[str, Price]]] = {
                 ),
             ),
         },
-        # SkyPilot lists A4 in europe-west4 (nearest to europe-west1, which has none): the same 90.216 / 32.6064-type
-        # rows as us-central1, with its own spot figure.
+        # SkyPilot lists A4 in europe-west4: the same 90.216 / 32.6064-type rows as us-central1, with its own spot
+        # figure. Google lists a4-highgpu-8g in europe-west1 too (Cyclenerd machinetyperegion.csv, 2026-08, as
+        # ../shared/FACTS.md reports it), but no source read here prices it there (SkyPilot's catalog at commit
+        # 8427bbff988abdd050a9f51addd314ef31cb4e85 has no europe-west1 A4 row): europe-west1 borrows these figures
+        # (NEAREST_PUBLISHED_REGIONS) and the plan says so.
         "europe-west4": {
             ON_DEMAND: Price(
                 16.11 * 8,
@@ -339,8 +358,28 @@ NAT_IP_HOURLY = Price(0.005, "nat-pricing")
 NAT_PER_GIB = Price(0.045, "nat-pricing")
 
 # What a reservation is billed at, and on whose word: the on-demand row of the reserved machine, for every
-# reserved VM, whether a node runs on it or not.
+# reserved VM, whether a node runs on it or not, less the discount of how the reservation was bought.
 RESERVATION_PRICE_MODE = ON_DEMAND
 RESERVATION_BILLING_SOURCE = "reservation-billing"
+
+# How A3 Ultra and A4 reservations are sold (SOURCES["consumption-options"]): a block reservation with a committed-
+# use discount, or a calendar-mode reservation at Dynamic Workload Scheduler prices, each "discounted up to 53%".
+# A reservation stack does not know which it holds, so its GPU nodes are priced as a range: from the list rate less
+# the largest published discount to the on-demand list rate (the upper bound). No dollar figure for either discount
+# is published; a holder's own rate goes in gpuNodeHourlyPrice.
+RESERVATION_MAX_DISCOUNT = 0.53
+RESERVATION_DISCOUNT_SOURCE = "consumption-options"
+
+# The ways a GPU VM is bought, as the plan names them (key, words); each priced from the table's rows above.
+PURCHASE_ON_DEMAND = "onDemandList"
+PURCHASE_COMMITTED = "committedUseReservation"
+PURCHASE_DWS = "calendarModeOrFlexStart"
+PURCHASE_SPOT = "spot"
+PURCHASES = {
+    PURCHASE_ON_DEMAND: "on-demand list (upper bound)",
+    PURCHASE_COMMITTED: "committed-use reservation",
+    PURCHASE_DWS: "calendar mode / flex-start (DWS)",
+    PURCHASE_SPOT: "spot",
+}
 
 HOURS_PER_MONTH = 730  # Google Cloud's billing convention for monthly figures

@@ -87,13 +87,20 @@ def test_hourly_arithmetic_per_mode(table: None, mode: str, gpu_hourly: float, a
     assert result.gke_cluster_hourly == GKE == 0.10
     running_idle = 0 if autoscaling else 2  # released by the autoscaler, or held by the Ray cluster
     if mode == "reservation":
-        # The reservation bills all 3 reserved VMs, run or not; only the nodes that exist have a boot disk.
+        # The reservation bills all 3 reserved VMs, run or not; only the nodes that exist have a boot disk. Its rate
+        # is a range: the on-demand list rate (the upper end) less up to 53% (committed use or calendar mode).
+        low = gpu_hourly * (1 - 0.53)
+        assert result.gpu_node_hourly_low == pytest.approx(low)
         assert result.per_hour_idle == pytest.approx(always() + 3 * gpu_hourly + running_idle * GPU_DISK_HOURLY)
+        assert result.per_hour_idle_low == pytest.approx(always() + 3 * low + running_idle * GPU_DISK_HOURLY)
         assert result.per_hour_while_gpus_run == pytest.approx(always() + 3 * gpu_hourly + 2 * GPU_DISK_HOURLY)
-        assert any("reservation bills all 3 reserved VM(s) at the on-demand rate" in n for n in result.notes)
+        assert result.per_hour_while_gpus_run_low == pytest.approx(always() + 3 * low + 2 * GPU_DISK_HOURLY)
+        assert any("reservation bills all 3 reserved VM(s) for the whole reservation period" in n for n in result.notes)
     else:
+        assert result.gpu_node_hourly_low == result.gpu_node_hourly
         assert result.per_hour_idle == pytest.approx(always() + running_idle * (gpu_hourly + GPU_DISK_HOURLY))
         assert result.per_hour_while_gpus_run == pytest.approx(always() + 2 * (gpu_hourly + GPU_DISK_HOURLY))
+        assert result.per_hour_while_gpus_run_low == result.per_hour_while_gpus_run
         assert not any("reservation" in n for n in result.notes)
 
 
@@ -118,12 +125,15 @@ def test_export_bucket_is_priced_per_gb_month_and_outlives_a_destroy(table: None
 
 
 def test_cloud_nat_per_vm_capped_plus_one_address(table: None):
-    plain = estimate(INPUTS)
-    nat = estimate(replace(INPUTS, cloud_nat=True))
+    def running(inputs: CostInputs) -> float:
+        value = estimate(inputs).per_hour_while_gpus_run
+        assert value is not None
+        return value
+
     # 1 CPU node + 2 GPU nodes use the gateway while the GPUs run; 1 + 2 with no run (no autoscaler).
-    assert nat.per_hour_while_gpus_run - plain.per_hour_while_gpus_run == pytest.approx(3 * 0.0014 + 0.005)
+    assert running(replace(INPUTS, cloud_nat=True)) - running(INPUTS) == pytest.approx(3 * 0.0014 + 0.005)
     many = replace(INPUTS, cloud_nat=True, gpu_nodes=60, ray_worker_replicas=60)
-    extra = estimate(many).per_hour_while_gpus_run - estimate(replace(many, cloud_nat=False)).per_hour_while_gpus_run
+    extra = running(many) - running(replace(many, cloud_nat=False))
     assert extra == pytest.approx(0.044 + 0.005)  # capped at 32 VMs
 
 
@@ -134,8 +144,11 @@ def test_the_users_gpu_rate_replaces_the_tables(table: None):
     assert any(
         "$61.50/h is your figure (gpuNodeHourlyPrice); it replaces the table's $80.00" in n for n in result.notes
     )
+    assert result.gpu_node_hourly_low == 61.5 and result.gpu_node_price_basis == cost.BASIS_USER  # no range
+    assert result.per_hour_idle_low == result.per_hour_idle
     lines = summary_lines(result.as_output())
     assert "one GPU node per hour:       $61.50 (your gpuNodeHourlyPrice)" in lines
+    assert not any(" to $" in line for line in lines if line.startswith("per hour"))
     # Also where the table has no figure at all: the user's rate makes the estimate complete.
     unknown = estimate(replace(INPUTS, gpu_machine_type="x9-gpu-8g", gpu_node_hourly_price=40.0))
     assert unknown.complete and unknown.gpu_node_hourly == 40.0
@@ -164,15 +177,83 @@ def test_unknown_region_machine_and_tier_are_named_not_errors(table: None):
     result = estimate(replace(INPUTS, region="mars-north1", cpu_machine_type="x9-huge-1", lustre_tier=42))
     assert not result.complete
     assert result.gpu_node_hourly is None and result.cpu_node_hourly is None and result.lustre_monthly is None
-    assert result.per_hour_while_gpus_run == pytest.approx(GKE)  # only the flat GKE fee is known
     assert result.per_month_after_destroy is None
-    assert any("no price for a3-ultragpu-8g (spot) in mars-north1" in item for item in result.unpriced)
-    assert any("no price for x9-huge-1 (onDemand) in mars-north1" in item for item in result.unpriced)
-    assert any("no price for Managed Lustre at 42 MB/s/TiB" in item for item in result.unpriced)
+    assert any(item.startswith("a3-ultragpu-8g (spot) in mars-north1") for item in result.unpriced)
+    assert any(item.startswith("x9-huge-1 (onDemand) in mars-north1") for item in result.unpriced)
+    assert any(item.startswith("Managed Lustre at 42 MB/s/TiB in mars-north1") for item in result.unpriced)
     lines = summary_lines(result.as_output())
-    assert "per hour while the GPUs run: at least $0.10" in lines
-    assert "one GPU node per hour:       unknown (the table's rate)" in lines
-    assert sum(line.startswith("not counted: no price for") for line in lines) == 5  # + the two boot disks
+    assert "one GPU node per hour:       unknown (the table's spot rate)" in lines
+    assert sum(line.startswith("missing price: ") for line in lines) == 5  # + the two boot disks
+
+
+@pytest.mark.parametrize("mode", ["reservation", "spot", "flexStart"])
+def test_an_unpriced_region_prints_no_dollar_total_and_names_the_missing_prices(table: None, mode: str):
+    """Only the GKE fee is known there: no total may read as a dollar figure ("at least $0.10" was one)."""
+    result = estimate(replace(INPUTS, region="mars-north1", gpu_provisioning=mode))
+    assert result.per_hour_while_gpus_run is None and result.per_hour_idle is None
+    assert result.per_hour_while_gpus_run_low is None and result.per_hour_idle_low is None
+    output = result.as_output()
+    assert output["perHourWhileGpusRun"] is None and output["perHourIdle"] is None and output["complete"] is False
+    lines = summary_lines(output)
+    for prefix in ("per hour while the GPUs run:", "per hour idle (no run):"):
+        (line,) = [line for line in lines if line.startswith(prefix)]
+        assert "$" not in line and "at least" not in line and "unknown" in line and "missing price" in line
+    missing = [line.removeprefix("missing price: ") for line in lines if line.startswith("missing price: ")]
+    gpu_mode = "onDemand" if mode == "reservation" else mode
+    assert {item.split(" in mars-north1")[0] for item in missing} == {
+        f"a3-ultragpu-8g ({gpu_mode})",
+        "n2-highmem-80 (onDemand)",
+        "hyperdisk-balanced boot disk",
+        "pd-balanced boot disk",
+        "Managed Lustre at 500 MB/s/TiB",
+    }
+    # One missing item is enough: a known GPU rate (the user's) does not turn the rest into a total.
+    partial = estimate(replace(INPUTS, region="mars-north1", gpu_node_hourly_price=50.0))
+    assert partial.per_hour_while_gpus_run is None and partial.gpu_node_hourly == 50.0
+
+
+def test_after_destroy_follows_protect_data_never_an_unknown_price(table: None):
+    unpriced = replace(INPUTS, region="mars-north1")
+    protected = estimate(unpriced).as_output()
+    assert protected["protectData"] is True and protected["perMonthAfterDestroy"] is None
+    line = cost.after_destroy_line(protected)
+    assert "nothing" not in line and "protectData is off" not in line
+    assert line.startswith("per month after destroy:     unknown (the Lustre instance protectData keeps, 18,000 GiB")
+    off = estimate(replace(unpriced, protect_data=False)).as_output()
+    assert off["perMonthAfterDestroy"] == 0.0  # nothing is kept, priced or not
+    assert cost.after_destroy_line(off) == "per month after destroy:     $0.00 (nothing: protectData is off)"
+
+
+def test_a_reservation_shows_a_range_and_names_its_assumption(table: None):
+    output = estimate(replace(INPUTS, gpu_provisioning="reservation")).as_output()
+    assert output["gpuNodePriceBasis"] == cost.BASIS_RESERVATION
+    assert (output["gpuNodePerHourLow"], output["gpuNodePerHour"]) == (round(GPU * 0.47, 2), GPU)
+    lines = summary_lines(output)
+    (gpu_line,) = [line for line in lines if line.startswith("one GPU node per hour: ")]
+    assert gpu_line.startswith(
+        "one GPU node per hour:       $37.60 to $80.00 (reservation: on-demand list less up to 53%"
+    )
+    assert "committed-use or calendar-mode reservation" in gpu_line and "upper bound" in gpu_line
+    low, high = output["perHourWhileGpusRunLow"], output["perHourWhileGpusRun"]
+    assert f"per hour while the GPUs run: ${low:,.2f} to ${high:,.2f}" in lines and low < high
+    assert any("Cluster Director: choose a consumption option" in note for note in output["notes"])
+
+
+def test_every_way_of_buying_the_gpu_vm_is_listed_with_its_source(table: None):
+    bought = {p["how"]: p for p in estimate(INPUTS).as_output()["gpuNodeByPurchase"]}
+    assert list(bought) == list(prices.PURCHASES)
+    assert (bought["onDemandList"]["usdLow"], bought["onDemandList"]["usdHigh"]) == (GPU, GPU)
+    assert (bought["committedUseReservation"]["usdLow"], bought["committedUseReservation"]["usdHigh"]) == (37.6, GPU)
+    assert "up to 53% off the list rate (Cluster Director" in bought["committedUseReservation"]["source"]
+    assert bought["calendarModeOrFlexStart"]["usdHigh"] == GPU / 4 and bought["spot"]["usdHigh"] == GPU / 2
+    assert all("SkyPilot catalog" in bought[k]["source"] for k in ("onDemandList", "spot", "calendarModeOrFlexStart"))
+    lines = summary_lines(estimate(INPUTS).as_output())
+    assert "  committed-use reservation:        $37.60 to $80.00 (up to 53% off the list rate" in "\n".join(lines)
+    # A machine the table does not know: every way says unknown, none invents a figure.
+    unknown = {
+        p["how"]: p for p in estimate(replace(INPUTS, gpu_machine_type="x9-gpu-8g")).as_output()["gpuNodeByPurchase"]
+    }
+    assert all(p["usdHigh"] is None and p["usdLow"] is None and "no " in p["source"] for p in unknown.values())
 
 
 def test_output_is_in_cents_and_names_its_date_and_sources(table: None):
@@ -224,9 +305,16 @@ def test_every_flex_start_figure_is_marked_derived():
 
 def test_the_issue_21_figures():
     """The figures the issue questioned, as resolved: each with the competing figure kept beside it."""
+    # A3 Ultra on-demand: the whole-VM figure (its own vCPU/memory SKUs), not SkyPilot's GPU row + an A3 High-rate
+    # machine row, which is kept beside it (issue 28).
     a3u = prices.MACHINE_HOURLY["a3-ultragpu-8g"]["us-central1"][ON_DEMAND]
-    assert a3u.usd == pytest.approx(8 * 9.31174 + 12.266) and round(a3u.usd, 2) == 86.76
-    assert [(round(o.usd, 2), o.source) for o in a3u.others] == [(83.49, "gpu-list-prices")]
+    assert round(a3u.usd, 2) == 83.49 and a3u.source == "gpu-list-prices"
+    assert [(round(o.usd, 2), o.source) for o in a3u.others] == [(86.76, "skypilot-catalog")]
+    assert round(prices.MACHINE_HOURLY["a3-ultragpu-8g"]["europe-west1"][ON_DEMAND].usd, 2) == 91.95
+    assert "second-hand" in prices.SOURCES["gpu-list-prices"].title
+    assert "second-hand" in prices.SOURCES["billing-catalog-a4"].title  # A4's list rate has no first-hand source
+    assert prices.RESERVATION_MAX_DISCOUNT == 0.53
+    assert prices.SOURCES[prices.RESERVATION_DISCOUNT_SOURCE].reliability == prices.OFFICIAL
     a4 = prices.MACHINE_HOURLY["a4-highgpu-8g"]["us-central1"]
     assert a4[ON_DEMAND].usd == pytest.approx(8 * 16.11) and a4[ON_DEMAND].source == "billing-catalog-a4"
     (skypilot,) = a4[ON_DEMAND].others
@@ -259,6 +347,27 @@ def _shipped(stack: str, **overrides: object) -> CostInputs:
     return cost_inputs(build_settings({**values, **overrides}))
 
 
+@pytest.mark.parametrize("stack", ["h200", "b200"])
+def test_a_shipped_reservation_stack_prices_its_gpu_nodes_as_a_named_range(stack: str):
+    result = estimate(_shipped(stack))
+    assert result.gpu_node_price_basis == cost.BASIS_RESERVATION and result.gpu_node_hourly is not None
+    assert result.gpu_node_hourly_low == pytest.approx(result.gpu_node_hourly * 0.47)
+    lines = summary_lines(result.as_output())
+    assert any(line.startswith("per hour while the GPUs run: $") and " to $" in line for line in lines), lines
+    assert any("(reservation: on-demand list less up to 53%" in line for line in lines)
+    # The user's figure wins: no range, no assumption.
+    mine = summary_lines(estimate(_shipped(stack, gpuNodeHourlyPrice="61.5")).as_output())
+    assert "one GPU node per hour:       $61.50 (your gpuNodeHourlyPrice)" in mine
+    assert not any(line.startswith("per hour") and " to $" in line for line in mine)
+
+
+def test_a4_in_europe_west1_is_borrowed_and_said_so():
+    """Google lists A4 in europe-west1, but no source read prices it there: the nearest published figures are used."""
+    result = estimate(_shipped("b200", **{"gcp:region": "europe-west1", "zone": "europe-west1-b"}))
+    assert result.complete
+    assert "borrowed: a4-highgpu-8g (onDemand) has no europe-west1 figure; europe-west4's is used" in result.notes
+
+
 @pytest.mark.parametrize("stack", INFRA_STACKS)
 def test_every_shipped_stack_has_a_complete_estimate(stack: str):
     result = estimate(_shipped(stack))
@@ -267,7 +376,8 @@ def test_every_shipped_stack_has_a_complete_estimate(stack: str):
     assert not any("unknown" in line or "at least" in line for line in lines), lines
     assert "GKE cluster fee per hour:    $0.10" in lines
     assert result.gpu_boot_disk_monthly and result.cpu_boot_disk_monthly and result.lustre_monthly
-    assert result.per_hour_idle > GKE + result.lustre_monthly / H  # the fee, Lustre, the CPU node and its disk
+    # The fee, Lustre, the CPU node and its disk.
+    assert result.per_hour_idle is not None and result.per_hour_idle > GKE + result.lustre_monthly / H
 
 
 def test_dev_names_its_derived_and_borrowed_figures():

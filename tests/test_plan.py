@@ -15,6 +15,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from infra.cost import dollar_range
 from infra.gke_rules import MAINTENANCE_EXCLUSION_START
 from tools import checkov_gate, plan, ray_pods, readme_cost
 from tools.render import is_built_in
@@ -509,6 +510,17 @@ def test_cost_outputs_and_cost_file(rendered: Rendered):
     for note in cost["notes"]:
         assert f"note: {note}" in text
     assert "unknown" not in text and "at least" not in text
+    # How the GPU nodes are priced is named; a reservation's figures are ranges down to its published discount.
+    assert "one GPU node per hour by how it is bought" in text
+    if cost["gpuNodePriceBasis"] == "reservationRange":
+        assert cost["perHourWhileGpusRunLow"] < cost["perHourWhileGpusRun"]
+        assert f"per hour while the GPUs run: ${cost['perHourWhileGpusRunLow']:,.2f} to " in text
+        assert (
+            "(reservation: on-demand list less up to 53%" in text
+            and f"{dollar_range(run['usdLow'], run['usd'])}" in text
+        )
+    else:
+        assert cost["perHourWhileGpusRunLow"] == cost["perHourWhileGpusRun"] and run["usdLow"] == run["usd"]
 
 
 def documents() -> dict[str, str]:
@@ -537,12 +549,24 @@ def test_readme_cost_summary_is_the_goldens():
     assert readme.index(block) > readme.index("## What it costs")
     for stack in STACKS:
         text = costs[stack]
-        row = re.search(rf"^{re.escape(stack)} +(\S+) +(\S+) +(\S+) +(.+)$", block, re.M)
+        # Columns are two or more spaces apart; a cell may hold a range ("$A to $B").
+        row = re.search(
+            rf"^{re.escape(stack)} {{2,}}(\S+(?: to \S+)?) {{2,}}(\S+(?: to \S+)?) {{2,}}(\S+) {{2,}}(.+)$", block, re.M
+        )
         assert row, stack
         assert f"per hour while the GPUs run: {row.group(1)}" in text
         assert re.search(rf"^per hour idle \(no run\): +{re.escape(row.group(2))}$", text, re.M), stack
         assert re.search(rf"^Lustre per month: +{re.escape(row.group(3))}$", text, re.M), stack
         assert re.search(rf"^one run \(training steps only\): .* = {re.escape(row.group(4))}$", text, re.M), stack
+        # Each stack's GPU node rate is listed below the table with how it was priced and its sources' dates.
+        (rate_line,) = [line for line in text.splitlines() if line.startswith("one GPU node per hour:")]
+        rate = rate_line.removeprefix("one GPU node per hour:").strip().split(" (")[0]
+        listed = [
+            line
+            for line in block.splitlines()
+            if line.startswith("GPU node, ") and stack in line.split(": ", 1)[0].removeprefix("GPU node, ").split(", ")
+        ]
+        assert len(listed) == 1 and f": {rate}: " in listed[0] and "read 20" in listed[0], (stack, block)
 
 
 def test_readme_cost_tool_replaces_only_the_blocks():

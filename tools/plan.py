@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python tools/plan.py` puts tools/ first, not the repository
     sys.path.insert(0, str(ROOT))
 
-from infra.cost import USER_RATE, dollars, summary_lines  # noqa: E402
+from infra.cost import USER_RATE, dollar_range, summary_lines  # noqa: E402
 from tools import first_step, ray_pods, stack_check, timeline  # noqa: E402
 from tools.offline import (  # noqa: E402
     REDACTED,
@@ -579,7 +579,8 @@ def cost_text(plan: Plan) -> str:
         lines.insert(
             -1,
             f"one run (training steps only): {run['nodes']} GPU node(s) x {run['steps']} steps x "
-            f"{run['secondsPerStep']:g} s = {run['gpuHours']:g} GPU-hours, {dollars(run['usd'])}"
+            f"{run['secondsPerStep']:g} s = {run['gpuHours']:g} GPU-hours, "
+            f"{dollar_range(run.get('usdLow', run['usd']), run['usd'])}"
             + (" at your gpuNodeHourlyPrice" if run.get("priceFrom") == USER_RATE else ""),
         )
     return "\n".join(lines) + "\n"

@@ -97,7 +97,47 @@ def summary_block(costs: dict[str, str]) -> str:
         rows.append([stack, *values, run.split(" = ", 1)[-1]])
     widths = [max(len(row[i]) for row in rows) + 2 for i in range(len(rows[0]) - 1)]
     body = "\n".join("".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + row[-1] for row in rows)
+    sources = gpu_rate_sources(costs)
+    if sources:
+        body += "\n" + "\n".join(sources)
     return f"<!-- cost-summary -->\n```text\n{body}\n```\n<!-- /cost-summary -->"
+
+
+GPU_RATE_PREFIX = "one GPU node per hour:"
+# How the plan names the basis of its GPU node rate -> the "by how it is bought" line that holds its source.
+_BASIS_PURCHASE = {
+    "(reservation:": ("on-demand list (upper bound):", "committed-use reservation:"),
+    "(the table's spot rate)": ("spot:",),
+    "(the table's flexStart rate)": ("calendar mode / flex-start (DWS):",),
+}
+
+
+def gpu_rate_sources(costs: dict[str, str]) -> list[str]:
+    """One line per GPU node rate (stacks with the same rate and sources share it): the rate, how it was priced and
+    the source, with its date, of each figure it rests on, from the "by how it is bought" lines of the stacks'
+    cost.txt. Stacks whose cost.txt has no GPU node line are left out."""
+    groups: dict[str, list[str]] = {}
+    for stack, text in costs.items():
+        found = [line for line in text.splitlines() if line.startswith(GPU_RATE_PREFIX)]
+        if len(found) != 1:
+            continue
+        value = found[0].removeprefix(GPU_RATE_PREFIX).strip()
+        ranged = re.match(r"^(\S+ to \S+) \((.*)\)$", value) or re.match(r"^(\S+) \((.*)\)$", value)
+        if ranged is None:
+            groups.setdefault(value, []).append(stack)
+            continue
+        rate, basis = ranged.groups()
+        names = next((names for key, names in _BASIS_PURCHASE.items() if f"({basis})".startswith(key)), ())
+        parts = []
+        for name in names:
+            row = [line.strip() for line in text.splitlines() if line.strip().startswith(name)]
+            if row:
+                parts.append(f"{name.rstrip(':')} {row[0].removeprefix(name).strip()}")
+        how = "; ".join(parts) if parts else basis
+        groups.setdefault(f"{rate}: {how.replace(', derived (note below)', ', derived: see docs/cost.md')}", []).append(
+            stack
+        )
+    return [f"GPU node, {', '.join(stacks)}: {line}" for line, stacks in groups.items()]
 
 
 def _constant(text: str) -> Callable[[re.Match[str]], str]:

@@ -35,7 +35,7 @@ def run_estimate(job: JobSettings, infra: InfraOutputs) -> dict[str, Any]:
     evals = int(job.eval_base) + int(job.eval_final)
     eval_minutes = evals * EVAL_MINUTES
     node_hours = job.num_nodes * (runs * job.max_num_steps * seconds_per_step / 3600 + eval_minutes / 60)
-    price = infra.gpu_node_hourly_usd
+    price, low = infra.gpu_node_hourly_usd, infra.gpu_node_hourly_low_usd
     if price is None:
         notes.append("no price for the infra's GPU nodes: see the infra stack's estimatedCost")
     if price is not None and infra.gpu_node_price_from == USER_RATE:
@@ -51,6 +51,8 @@ def run_estimate(job: JobSettings, infra: InfraOutputs) -> dict[str, Any]:
         "evalMinutes": eval_minutes,
         "gpuHours": round(node_hours * infra.gpus_per_node, 2),
         "usd": None if price is None else round(node_hours * price, 2),
+        # The lower end when the infra prices its GPU nodes as a range (a reservation); else the same as usd.
+        "usdLow": None if price is None or low is None else round(node_hours * low, 2),
         "pricesReadOn": infra.prices_read_on,
         "priceFrom": infra.gpu_node_price_from,
         "notes": notes,

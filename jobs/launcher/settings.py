@@ -172,6 +172,8 @@ class InfraOutputs:
     ray_client_address: str | None = None
     # From the infra's estimatedCost: one GPU node per hour in dollars (None: no price) and the table's date.
     gpu_node_hourly_usd: float | None = None
+    # The lower end of that rate (a reservation's largest published discount); the same figure when no range.
+    gpu_node_hourly_low_usd: float | None = None
     prices_read_on: str = ""
     # Where that rate comes from: "table" (infra/prices.py) or "gpuNodeHourlyPrice" (the user's own figure).
     gpu_node_price_from: str = "table"
@@ -327,7 +329,11 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         raise ConfigError("infraStack output 'rayClientAddress'", client_address, "ray://HOST:PORT when rayAutoscaling")
     found = outputs.get("estimatedCost")
     cost: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
-    hourly = cost.get("gpuNodePerHour")
+
+    def dollars(key: str) -> float | None:
+        value = cost.get(key)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
     image = need("nemoRlImage", str)
     auth_secret = outputs.get("rayAuthSecret")
     if auth_secret is not None and not (
@@ -354,9 +360,9 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         export_bucket=str(outputs.get("exportBucket") or ""),  # optional: older infra stacks have none
         ray_autoscaling=autoscaling,
         ray_client_address=client_address if autoscaling else None,
-        gpu_node_hourly_usd=float(hourly)
-        if isinstance(hourly, (int, float)) and not isinstance(hourly, bool)
-        else None,
+        gpu_node_hourly_usd=dollars("gpuNodePerHour"),
+        # Older infra stacks export no lower end: their one rate is both ends.
+        gpu_node_hourly_low_usd=dollars("gpuNodePerHourLow" if "gpuNodePerHourLow" in cost else "gpuNodePerHour"),
         prices_read_on=str(cost.get("pricesReadOn") or ""),
         gpu_node_price_from=str(cost.get("gpuNodePriceFrom") or "table"),
         ray_auth_secret=auth_secret,

@@ -45,7 +45,15 @@ def test_run_estimate_uses_the_infra_price(exported):
     assert (run["evals"], run["evalMinutes"]) == (2, 2 * EVAL_MINUTES)
     assert run["gpuHours"] == round(node_hours * 8, 2)
     assert run["usd"] == pytest.approx(round(node_hours * hourly, 2))
+    # h200 is a reservation: the infra prices its GPU nodes as a range, and the run carries the lower end too.
+    low = exported["h200"]["estimatedCost"]["gpuNodePerHourLow"]
+    assert infra.gpu_node_hourly_low_usd == low and 0 < low < hourly
+    assert run["usdLow"] == pytest.approx(round(node_hours * low, 2)) and run["usdLow"] < run["usd"]
     assert run["notes"] == [] and run["pricesReadOn"] == exported["h200"]["estimatedCost"]["pricesReadOn"]
+    # An infra stack from before the range exports one rate: it is both ends.
+    older = {**exported["h200"]["estimatedCost"]}
+    del older["gpuNodePerHourLow"]
+    assert build_infra_outputs({**exported["h200"], "estimatedCost": older}).gpu_node_hourly_low_usd == hourly
 
 
 def test_run_estimate_at_the_users_gpu_rate_says_so():
@@ -58,6 +66,7 @@ def test_run_estimate_at_the_users_gpu_rate_says_so():
     assert (
         run["usd"] == pytest.approx(round(2 * 20 * 180 / 3600 * 61.5, 2)) and run["priceFrom"] == "gpuNodeHourlyPrice"
     )
+    assert run["usdLow"] == run["usd"]  # the user's rate is exact: no range
     assert run["notes"] == ["GPU node rate $61.50/h is your figure (the infra's gpuNodeHourlyPrice)"]
 
 
