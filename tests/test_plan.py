@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from conftest import ROOT
+from upstream import REFERENCE
 
 from infra.cost import dollar_range
 from infra.gke_rules import MAINTENANCE_EXCLUSION_START
@@ -266,25 +267,100 @@ def test_plan_is_deterministic():
     assert first == second
 
 
+def flat(text: str) -> str:
+    """The summary with its line wrapping undone: one space between words."""
+    return " ".join(text.split())
+
+
 def test_summary(capsys: pytest.CaptureFixture[str], tmp_path: Path):
     assert plan.main(["--stack", "h200", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     for phase in range(1, plan.STEPS + 1):
         assert f"[{phase}/{plan.STEPS}] " in out
-    assert "nvidia-h200-141gb on a3-ultragpu-8g: 2 nodes x 8 = 16" in out
-    assert "RDMA network nemo-rl-h200-rdma-net: 8 subnets" in out
-    assert "Lustre: 18000 GiB" in out
-    assert "kubeconfig: [secret]" in out
-    assert "Lustre builds beside the cluster" in out
-    assert "min in parallel vs" in out
+    text = flat(out)
+    assert "GPUs: 2 x a3-ultragpu-8g (8 x nvidia-h200-141gb each, 16 in all); Lustre 18000 GiB at 500 MB/s/TiB" in text
+    # What would be created, counted by kind: the totals are the plan's own resources, counted here independently.
+    h200 = plan.run_plan("h200")
+    resources = [r for run in (h200.infra, h200.jobs) for r in run.resources if r.custom]
+    cloud = sum(1 for r in resources if r.type.startswith("gcp:"))
+    cluster = sum(1 for r in resources if r.type.startswith("kubernetes:"))
+    assert f"Google Cloud ({cloud}): 9 APIs, 3 VPCs, 10 subnets, 2 firewall rules, router, NAT," in text
+    assert "GKE cluster, 2 node pools, Lustre instance, bucket, 2 service accounts, 9 IAM grants" in text
+    assert f"Kubernetes ({cluster}): Helm release ray-cluster, Namespace, 5 NetworkPolicy," in text
+    assert "9 GKENetworkParamSet, 9 Network, Service, Deployment, 2 DaemonSet, Job" in text
     assert (
-        "Run: a failed train attempt is retried up to 3 times (gemma3-27b-gsm8k-train, gemma3-27b-gsm8k-train-r1, "
-        "gemma3-27b-gsm8k-train-r2, gemma3-27b-gsm8k-train-r3); the model goes to "
-        "gs://my-gcp-project-nemo-rl-h200-models/gemma3-27b-gsm8k/"
-    ) in out
+        "Run: preflight-nccl, preflight-lustre, prepare-data, prefetch-weights, eval-base, train (up to 3 retries), "
+        "convert-hf, export-gcs, eval-final; the model goes to gs://my-gcp-project-nemo-rl-h200-models/gemma3-27b-gsm8k/"
+    ) in text
+    assert "Lustre beside the cluster" in text and "min one after another)" in text
     assert (tmp_path / "h200" / "manifests").is_dir()
+    # The stack outputs stay in outputs.json: no wall of JSON on the screen.
+    assert "deployedSettings" not in out and "kubeconfig" not in out
     for placeholder in PLACEHOLDERS:
         assert placeholder not in out
+
+
+def test_created_counts_leave_out_what_creates_nothing():
+    """Components, providers and stack references are not counted; every other resource is, once."""
+    dev = plan.run_plan("dev")
+    counts = plan.created_counts(dev)
+    counted = sum(n for group in counts.values() for n in group.values())
+    resources = [r for run in (dev.infra, dev.jobs) for r in run.resources]
+    assert any(not r.custom for r in resources) and any(r.type.startswith("pulumi:") for r in resources)
+    assert counted == sum(1 for r in resources if r.custom and not r.type.startswith("pulumi:"))
+    assert counts["Helm"] == {"ray-cluster": 1}
+    assert counts["Google Cloud"]["Lustre instance"] == 1 and counts["Kubernetes"]["Job"] == 1
+    assert list(counts["Kubernetes"])[-1] == "Job"  # apply order, as the manifests are numbered
+
+
+CHART_MISSING = "it needs helm-python-sdk, which `make test` installs (requirements-dev.txt)"
+
+
+@pytest.mark.parametrize("chart", ["chart at hand", "no helm-python-sdk"])
+@pytest.mark.parametrize("stack", STACKS)
+def test_make_plan_fits_one_screen_and_names_the_files_with_the_details(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stack: str, chart: str
+):
+    """Issue 28: everything `make plan` prints, progress lines included, fits one screen (SCREEN_LINES lines of at
+    most SCREEN_WIDTH columns), also where the Ray pods cannot be rendered (a `.venv` that `make plan` built has no
+    helm-python-sdk), and it names every file and folder under build/<stack>/ that holds the details."""
+    if chart != "chart at hand":
+        monkeypatch.setattr(ray_pods, "chart_problem", lambda *args: CHART_MISSING)
+    # The release's sources at hand, as after the one-time fetch the plan asks for (tests/upstream.py REFERENCE).
+    sources = ["--nemo-rl-sources", str(REFERENCE)]
+    assert plan.main(["--stack", stack, "--out", str(tmp_path), *sources]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) <= plan.SCREEN_LINES, out
+    assert max(len(line) for line in lines) <= plan.SCREEN_WIDTH, out
+    assert plan.SCREEN_LINES <= 30 and plan.SCREEN_WIDTH <= 120  # one screen of an ordinary terminal
+    text = flat(out)
+    written = sorted(p.name + ("/" if p.is_dir() else "") for p in (tmp_path / stack).iterdir())
+    assert {"cost.txt", "timeline.txt", "resources.txt", "outputs.json", "manifests/"} <= set(written)
+    details = text[text.index(f"Details in {tmp_path / stack}/: ") :]
+    assert [name for name in written if name not in details] == []
+    assert "Warnings" in text and "Estimated cost (USD" in text and "first GRPO step, cold:" in text
+    if chart == "chart at hand" and ray_pods.chart_problem() is None:
+        assert "ray-pods/" in written and "Note:" not in text
+    else:  # information, not an error: not among the warnings, no alarm words
+        note = text[text.index("Note: ray-pods/") : text.index(" Details in ")]
+        assert note == f"Note: ray-pods/ (for checkov) left out: {CHART_MISSING}"
+        assert text.index("Warnings") < text.index("Note: ray-pods/")
+        assert not re.search(r"error|fail|NOT|missing", note)
+        assert "ray-pods/" not in written
+
+
+def test_the_programs_warnings_show_in_the_summary(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    """What `pulumi up` would warn about (pulumi.log.warn) is listed under Warnings, and still printed by --quiet."""
+    assert plan.main(["--stack", "dev", "--out", str(tmp_path), "-j", "model=org/m"]) == 0
+    text = flat(capsys.readouterr().out)
+    warnings = text[text.index("Warnings") : text.index(" Details in ")]
+    assert warnings.startswith("Warnings (2): ")  # the model's note and the cost's
+    assert "model org/m: fit unchecked" in warnings and "the notes in cost.txt" in warnings
+    assert plan.main(["--stack", "dev", "--out", str(tmp_path), "-j", "model=org/m", "--quiet"]) == 0
+    quiet = capsys.readouterr().out
+    assert "warning: model org/m: fit unchecked" in quiet and "Warnings" not in quiet
+    assert plan.run_plan("dev").warnings == []  # the shipped stack warns of nothing
 
 
 def test_plan_without_a_wandb_key_logs_to_tensorboard_on_lustre(tmp_path: Path):
@@ -658,12 +734,20 @@ def test_readme_tear_down_quotes_what_every_stack_keeps_billing():
 
 
 def test_summary_prints_the_cost(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    """The totals and the run's cost are printed; each part's rate and the notes on the prices stay in cost.txt,
+    which the summary names (the notes are counted among its warnings)."""
     assert plan.main(["--stack", "dev", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert "Estimated cost (USD, list prices):" in out
-    for line in (tmp_path / "dev" / "cost.txt").read_text().splitlines():
-        assert f"    {line}" in out
-    assert "per hour idle (no run):" in out and "$" in out
+    text = flat(capsys.readouterr().out)
+    assert "Estimated cost (USD, list prices read on " in text and "each part and its source in cost.txt" in text
+    cost = (tmp_path / "dev" / "cost.txt").read_text().splitlines()
+    notes = [line for line in cost if line.startswith("note: ")]
+    assert notes and f"cost: {len(notes)} price(s) derived, borrowed or given by you" in text
+    in_block = False
+    for line in cost:
+        in_block = line.startswith(plan.COST_DETAIL_BLOCKS) or (in_block and line.startswith("  "))
+        detail = in_block or line.startswith(plan.COST_DETAIL_PREFIXES)
+        assert (flat(line) in text) == (not detail), line
+    assert "per hour idle (no run):" in text and "$" in text
 
 
 def test_checkov_reports_are_reused_only_for_the_same_manifests(tmp_path: Path):

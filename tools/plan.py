@@ -12,6 +12,8 @@ placeholder secrets, and writes build/<stack>/:
   timeline.txt                      the modeled provisioning timeline (tools/timeline.py), then the start-up to the
                                     end of the first GRPO step, cold and warm (tools/first_step.py)
   cost.txt                          the estimated cost (infra estimatedCost, job estimatedRun), as docs/cost.md quotes
+It prints a summary that fits one screen (what would be created, counted by kind; GPUs and Lustre; the run; the
+cost's totals; the modeled time to the first GRPO step; warnings) and names the files above for the details.
 Everything written is deterministic (sorted keys, stable order, no timestamps, no absolute paths), so a checked-in
 copy (tests/golden/) shows any change to what gets deployed in review. The folder is replaced as a whole, but only
 when it is an earlier plan output (or empty): another folder in its place is an error (exit 2), not deleted.
@@ -20,11 +22,14 @@ when it is an earlier plan output (or empty): another folder in its place is an 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import logging
 import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,6 +164,8 @@ class Plan:
     infra: ProgramRun
     jobs: ProgramRun
     timeline: timeline.Timeline
+    # What the programs warned about (pulumi.log.warn), in order, each once: `pulumi up` would show these.
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -238,6 +245,19 @@ def _placeholders_for_encrypted(project: str, config: dict[str, Any], stack_file
     return secrets
 
 
+class _WarningsKept(logging.Handler):
+    """Under mocks, pulumi.log.warn goes to the root logger (Pulumi's MockEngine): kept here for the summary."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message not in self.messages:
+            self.messages.append(message)
+
+
 def run_plan(
     stack: str,
     infra_overrides: Sequence[str] = (),
@@ -246,7 +266,8 @@ def run_plan(
     nemo_rl_sources: Path | None = None,
 ) -> Plan:
     """Both programs under mocks; raises PlanError for an unknown stack, pulumi.RunError for bad config. With
-    wandb=False no W&B key is given, as for a user without one: the run logs to TensorBoard instead."""
+    wandb=False no W&B key is given, as for a user without one: the run logs to TensorBoard instead. What the
+    programs warn about is kept in Plan.warnings (printed before the error when a program fails)."""
     named = _named_infra_stack(stack)
     if stack not in stacks_available() and (JOBS_DIR / f"Pulumi.{stack}.yaml").is_file() and named:
         raise PlanError(
@@ -255,6 +276,29 @@ def run_plan(
             f"{', '.join(stack_check_infra_files())}: pulumi config set --cwd jobs --stack {stack} infraStack "
             "organization/nemo-rl-gke/<infra stack>"
         )
+    kept = _WarningsKept()
+    root = logging.getLogger()
+    root.addHandler(kept)
+    try:
+        plan = _run_programs(stack, infra_overrides, job_overrides, wandb, named, nemo_rl_sources)
+    except Exception:
+        for message in kept.messages:
+            print(f"warning: {message}", file=sys.stderr)
+        raise
+    finally:
+        root.removeHandler(kept)
+    plan.warnings = kept.messages
+    return plan
+
+
+def _run_programs(
+    stack: str,
+    infra_overrides: Sequence[str],
+    job_overrides: Sequence[str],
+    wandb: bool,
+    named: str | None,
+    nemo_rl_sources: Path | None,
+) -> Plan:
     if stack not in stacks_available():
         raise PlanError(
             f"no stack {stack!r}: STACK must name jobs/Pulumi.{stack}.yaml and an infra stack file, "
@@ -297,7 +341,7 @@ def run_plan(
     )
 
     for line in check_with_nemo_rl(infra, jobs, job_config.get(f"{job_project}:extraOverrides") or [], nemo_rl_sources):
-        print(f"      {line}")
+        print("\n".join(_wrapped(line, "      ", "        ")))
 
     progress(3, "timeline model")
     model = timeline.build([infra.resources, jobs.resources])
@@ -648,74 +692,192 @@ def write_files(out_dir: Path, files: Mapping[str, str]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Summary
+# Summary: one screen; the details stay in the files under build/<stack>/ that it names.
+
+# What `make plan` prints, progress lines included, fits one terminal screen (tests hold every shipped stack to it).
+SCREEN_LINES = 30
+SCREEN_WIDTH = 120
+# cost.txt lines the summary leaves to cost.txt: each part's rate, the notes on where a price comes from (counted
+# among the warnings), the date of the prices (in the heading). Any other line (totals, one run, what is not
+# counted) is printed.
+COST_DETAIL_PREFIXES = (
+    "one GPU node per hour:",
+    "one CPU node per hour:",
+    "GKE cluster fee per hour:",
+    "boot disk per node-month:",
+    "note: ",
+    "prices read on ",
+)
+# cost.txt blocks (a heading and its indented rows) left to cost.txt: the price of a GPU node by how it is bought.
+COST_DETAIL_BLOCKS = ("one GPU node per hour by how it is bought",)
+# Names for what would be created in Google Cloud, by resource type, in the order the summary lists them; a type
+# not listed shows as its last segment (`CryptoKeyIAMMember`), after these.
+CREATED_LABELS: Mapping[str, str] = {
+    "gcp:projects/service:Service": "API",
+    "gcp:compute/network:Network": "VPC",
+    "gcp:compute/subnetwork:Subnetwork": "subnet",
+    "gcp:compute/firewall:Firewall": "firewall rule",
+    "gcp:compute/router:Router": "router",
+    "gcp:compute/routerNat:RouterNat": "NAT",
+    "gcp:compute/globalAddress:GlobalAddress": "peering range",
+    "gcp:servicenetworking/connection:Connection": "peering",
+    "gcp:container/cluster:Cluster": "GKE cluster",
+    "gcp:container/nodePool:NodePool": "node pool",
+    "gcp:lustre/instance:Instance": "Lustre instance",
+    "gcp:storage/bucket:Bucket": "bucket",
+    "gcp:serviceaccount/account:Account": "service account",
+    "gcp:projects/iAMMember:IAMMember": "IAM grant",
+    "gcp:serviceaccount/iAMMember:IAMMember": "IAM grant",
+    "gcp:storage/bucketIAMMember:BucketIAMMember": "IAM grant",
+    "gcp:kms/cryptoKeyIAMMember:CryptoKeyIAMMember": "IAM grant",
+}
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+# What each file or folder under build/<stack>/ holds, as the summary names it ("" when its name says it).
+DETAIL_FILES = (
+    ("cost.txt", ""),
+    ("timeline.txt", ""),
+    ("resources.txt", ""),
+    ("resources.json", "the resource tree"),
+    ("outputs.json", "stack outputs"),
+    ("pipeline.yaml", "Ray jobs"),
+    ("manifests/", "{manifests} objects"),
+    ("helm/", ""),
+    (f"{RAY_PODS_DIR}/", ""),
+)
 
 
-def _subnets(run: ProgramRun) -> dict[str, dict[str, Any]]:
-    return {str(r.inputs.get("name")): r.inputs for r in run.of_type("gcp:compute/subnetwork:Subnetwork")}
+def created_counts(plan: Plan) -> dict[str, dict[str, int]]:
+    """What `pulumi up` of both stacks would create, counted by kind: {"Google Cloud": {label: n}, "Kubernetes":
+    {kind: n}, "Helm": {release name: 1}}, Google Cloud in CREATED_LABELS' order, Kubernetes in KIND_ORDER's.
+    Components, providers and stack references create nothing in the cloud or the cluster: not counted."""
+    cloud: dict[str, int] = {}
+    cluster: dict[str, int] = {}
+    helm: dict[str, int] = {}
+    for run in (plan.infra, plan.jobs):
+        for resource in run.resources:
+            if not resource.custom or resource.type.startswith("pulumi:"):
+                continue
+            if resource.type == HELM_RELEASE:
+                name = str(resource.inputs.get("name") or resource.name)
+                helm[name] = helm.get(name, 0) + 1
+            elif resource.type.startswith("kubernetes:"):
+                kind = resource.type.rpartition(":")[2]
+                cluster[kind] = cluster.get(kind, 0) + 1
+            else:
+                label = CREATED_LABELS.get(resource.type, resource.type.rpartition(":")[2])
+                cloud[label] = cloud.get(label, 0) + 1
+    order = list(dict.fromkeys(CREATED_LABELS.values()))
+    return {
+        "Google Cloud": dict(sorted(cloud.items(), key=lambda item: _rank(order, item[0]))),
+        "Kubernetes": dict(sorted(cluster.items(), key=lambda item: _rank(list(KIND_ORDER), item[0]))),
+        "Helm": helm,
+    }
+
+
+def _rank(order: list[str], name: str) -> tuple[int, str]:
+    return (order.index(name) if name in order else len(order), name)
+
+
+def _wrapped(text: str, indent: str = "  ", hanging: str = "    ") -> list[str]:
+    return textwrap.wrap(
+        text,
+        width=SCREEN_WIDTH,
+        initial_indent=indent,
+        subsequent_indent=hanging,
+        break_on_hyphens=False,
+        break_long_words=False,  # a path or URL stays whole, to copy
+    )
+
+
+def _counted(counts: Mapping[str, int], plural: bool) -> list[str]:
+    """ "VPC" for one, "3 VPCs" (plural) or "3 Network" (a Kubernetes kind) for more."""
+    return [label if n == 1 else f"{n} {label}{'s' if plural else ''}" for label, n in counts.items()]
+
+
+def _created_lines(plan: Plan) -> list[str]:
+    counts = created_counts(plan)
+    cloud, cluster, helm = counts["Google Cloud"], counts["Kubernetes"], counts["Helm"]
+    releases = [f"Helm release {name}" + (f" x{n}" if n > 1 else "") for name, n in helm.items()]
+    return [
+        *_wrapped(f"Google Cloud ({sum(cloud.values())}): {', '.join(_counted(cloud, plural=True))}"),
+        *_wrapped(
+            f"Kubernetes ({sum(cluster.values()) + sum(helm.values())}): "
+            + ", ".join([*releases, *_counted(cluster, plural=False)])
+        ),
+    ]
+
+
+def plan_warnings(plan: Plan) -> list[str]:
+    """What the plan asks the reader to look at: the programs' own warnings (pulumi.log.warn, as `pulumi up` would
+    show them), prices that are derived, borrowed or missing."""
+    found = list(plan.warnings)
+    cost = plan.infra.outputs.get("estimatedCost")
+    if isinstance(cost, dict):
+        notes = [note for note in cost.get("notes") or [] if isinstance(note, str)]
+        if notes:
+            found.append(f"cost: {len(notes)} price(s) derived, borrowed or given by you: the notes in cost.txt")
+        if cost.get("unpriced"):
+            found.append(f"cost: no price for {', '.join(map(str, cost['unpriced']))}; the totals leave it out")
+    run = plan.jobs.outputs.get("estimatedRun")
+    if isinstance(run, dict):
+        found += [f"run estimate: {note}" for note in run.get("notes") or []]
+    return found
 
 
 def summary(plan: Plan, out_dir: Path, files: Mapping[str, str]) -> str:
+    """What `make plan` prints: what would be created (counts by kind), GPUs and Lustre, the run, cost, time to the
+    first GRPO step, warnings, and which files under out_dir hold the details. One screen (SCREEN_LINES, progress
+    lines included, for the shipped stacks); the files hold the rest."""
     o = plan.infra.outputs
-    lines = [f"Plan for stack {plan.stack!r} (offline, mocks, placeholder secrets)"]
+    lines = [f"Plan for stack {plan.stack!r}: what `pulumi up` would create (offline: mocks, placeholder secrets)"]
+    lines += _created_lines(plan)
     nodes, per_node = o.get("gpuNodes"), o.get("gpusPerNode")
     total = nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else "?"
-    lines.append(f"  GPUs: {o.get('gpuType')} on {o.get('gpuMachineType')}: {nodes} nodes x {per_node} = {total}")
-    lines.append(f"  Ray workers: {o.get('rayWorkerReplicas')} (cluster {o.get('rayClusterName')})")
-    subnets = _subnets(plan.infra)
-    cluster_subnet = next((s for s in subnets.values() if s.get("secondaryIpRanges")), None)
-    if cluster_subnet:
-        secondary = {r["rangeName"]: r["ipCidrRange"] for r in cluster_subnet["secondaryIpRanges"]}
-        lines.append(
-            f"  Cluster network {o.get('clusterNetwork')}: subnet {cluster_subnet.get('ipCidrRange')}, "
-            + ", ".join(f"{k} {v}" for k, v in sorted(secondary.items()))
-        )
-    gvnic = [s for s in subnets.values() if s.get("name", "").endswith("-gvnic-sub")]
-    for subnet in gvnic:
-        lines.append(f"  gVNIC network {o.get('gvnicNetwork')}: {subnet.get('name')} {subnet.get('ipCidrRange')}")
-    rdma = [subnets[name] for name in o.get("rdmaSubnets") or [] if name in subnets]
-    lines.append(
-        f"  RDMA network {o.get('rdmaNetwork')}: {len(rdma)} subnets "
-        + ", ".join(str(s.get("ipCidrRange")) for s in rdma)
-    )
+    hardware = f"GPUs: {nodes} x {o.get('gpuMachineType')} ({per_node} x {o.get('gpuType')} each, {total} in all)"
     capacity, tier = o.get("lustreCapacityGib"), o.get("lustreThroughputMbpsPerTib")
     if isinstance(capacity, int) and isinstance(tier, int):
-        lines.append(
-            f"  Lustre: {capacity} GiB at {tier} MB/s per TiB = {capacity / 1024 * tier / 1000:.1f} GB/s aggregate"
-        )
-    lines.append("  Estimated cost (USD, list prices):")
-    lines += [f"    {line}" for line in cost_text(plan).splitlines()]
+        hardware += f"; Lustre {capacity} GiB at {tier} MB/s/TiB ({capacity / 1024 * tier / 1000:.1f} GB/s)"
+    lines += _wrapped(hardware)
     j = plan.jobs.outputs
-    if "maxRestarts" in j:
-        destination = j.get("modelUri") or "nowhere (no conversion)"
-        lines.append(
-            f"  Run: a failed train attempt is retried up to {j['maxRestarts']} times "
-            f"({', '.join(j.get('trainAttempts') or [])}); the model goes to {destination}"
-        )
-    for name, run in (("infra", plan.infra), ("jobs", plan.jobs)):
-        lines.append(f"  {name} stack outputs:")
-        for key, value in redacted_outputs(run).items():
-            text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
-            if key == "pipeline":
-                text = " -> ".join(s["step"] for s in value)
-            lines.append(f"    {key}: {text if len(text) <= 110 else text[:107] + '...'}")
-    manifests = sum(1 for f in files if f.startswith("manifests/"))
-    lines.append(f"  Wrote {len(files)} files ({manifests} manifests) to {_display(out_dir)}/")
-    problem = ray_pods.chart_problem()
-    if problem:
-        lines.append(f"  {RAY_PODS_DIR}/ not written: {problem}")
+    steps = [str(s.get("step")) for s in j.get("pipeline") or []]
+    if steps:
+        retries = f" (up to {j['maxRestarts']} retries)" if "maxRestarts" in j else ""
+        named = [f"{step}{retries}" if step == "train" else step for step in steps]
+        destination = f"; the model goes to {j['modelUri']}" if j.get("modelUri") else ""
+        lines += _wrapped(f"Run: {', '.join(named)}{destination}")
+    cost = o.get("estimatedCost")
+    read_on = f" read on {cost.get('pricesReadOn')}" if isinstance(cost, dict) else ""
+    lines.append(f"  Estimated cost (USD, list prices{read_on}; each part and its source in cost.txt):")
+    in_detail_block = False
+    for line in cost_text(plan).splitlines():
+        # The per-purchase table is detail too: its heading and its indented rows stay in cost.txt.
+        in_detail_block = line.startswith(COST_DETAIL_BLOCKS) or (in_detail_block and line.startswith("  "))
+        if not in_detail_block and not line.startswith(COST_DETAIL_PREFIXES):
+            lines += _wrapped(line, "    ", "      ")
     t = plan.timeline
-    lines.append(
-        f"  Timeline (modeled): {t.total:.1f} min in parallel vs {t.sequential:.1f} min one after another; "
-        f"critical path: {' -> '.join(s.label for s in t.critical_path if s.duration.minutes >= 1)}"
-    )
     lustre, cluster = t.steps.get("Instance/lustre"), t.steps.get("Cluster/gke")
-    if lustre and cluster and "Cluster/gke" not in t.ancestors("Instance/lustre"):
-        lines.append(
-            f"  Lustre builds beside the cluster ({lustre.start:.1f}-{lustre.end:.1f} min vs "
-            f"{cluster.start:.1f}-{cluster.end:.1f} min); see timeline.txt"
-        )
-    lines += [f"  {line}" for line in first_step.summary_lines(startup(plan))]
+    beside = lustre and cluster and "Cluster/gke" not in t.ancestors("Instance/lustre")
+    lines += _wrapped(
+        f"Time (modeled, timeline.txt): infrastructure {t.total:.1f} min"
+        + (", Lustre beside the cluster" if beside else "")
+        + f" ({t.sequential:.1f} min one after another)"
+    )
+    lines += [f"    {line}" for line in first_step.summary_lines(startup(plan))]
+    warnings = plan_warnings(plan)
+    if not warnings:
+        lines.append("  Warnings: none")
+    for index, warning in enumerate(warnings):
+        lines += _wrapped(warning, f"  Warnings ({len(warnings)}): " if index == 0 else "    ", "    ")
+    problem = ray_pods.chart_problem()
+    if problem:  # information: `make plan`'s own virtualenv has no test tools; checkov, which reads these, does
+        lines += _wrapped(f"Note: {RAY_PODS_DIR}/ (for checkov) left out: {problem}")
+    manifests = sum(1 for name in files if name.startswith("manifests/"))
+    named = [
+        f"{name} ({what.format(manifests=manifests)})" if what else name
+        for name, what in DETAIL_FILES
+        if any(path == name or path.startswith(name) for path in files)
+    ]
+    lines += _wrapped(f"Details in {_display(out_dir)}/: {', '.join(named) or 'nothing written'}")
     return "\n".join(lines)
 
 
@@ -742,7 +904,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-wandb", action="store_true", help="give no W&B key (the run logs to TensorBoard on Lustre)"
     )
-    parser.add_argument("--quiet", action="store_true", help="no summary, only the progress lines")
+    parser.add_argument("--quiet", action="store_true", help="no summary: the progress lines and the warnings only")
     parser.add_argument(
         "--nemo-rl-sources",
         type=Path,
@@ -771,6 +933,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     if not args.quiet:
         print(summary(plan, out_dir, files))
+    else:  # what `pulumi up` would warn about is never silent
+        for warning in plan.warnings:
+            print(f"warning: {warning}")
     return 0
 
 

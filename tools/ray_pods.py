@@ -40,9 +40,9 @@ def chart_problem(chart_dir: Path = CHART_DIR) -> str | None:
     try:
         import helm_python  # noqa: F401
     except ImportError:
-        return "helm-python-sdk is not installed (it comes with requirements-dev.txt)"
+        return "it needs helm-python-sdk, which `make test` installs (requirements-dev.txt)"
     if not (chart_dir / "Chart.yaml").is_file():
-        return f"no ray-cluster chart at {chart_dir} (the upstream reference next to the repository)"
+        return f"it needs the ray-cluster chart at {chart_dir} (the upstream reference next to the repository)"
     return None
 
 
