@@ -502,7 +502,9 @@ def test_cost_outputs_and_cost_file(rendered: Rendered):
     assert cost["complete"] is True and cost["unpriced"] == []  # every shipped stack is priced in full
     assert cost["gkeClusterPerHour"] == 0.1 and cost["gpuNodePriceFrom"] == "table"
     run = outputs["jobs"]["estimatedRun"]
-    assert run["gpuHours"] > 0 and ("usd" in run)
+    assert run["evalGpuHours"] > 0 and ("usd" in run)
+    # The step time is the table's or the user's; without either, the steps and the total are unknown, not zero.
+    assert (run["secondsPerStep"] is None) == (run["gpuHours"] is None) == (run["stepGpuHours"] is None)
     text = rendered.files["cost.txt"]
     assert rendered.on_disk()["cost.txt"] == text == plan.cost_text(rendered.plan)  # written, not only rendered
     assert "per hour while the GPUs run:" in text and "GPU-hours" in text
@@ -542,7 +544,8 @@ def test_readme_cost_summary_is_the_goldens():
         assert f"per hour while the GPUs run: {row.group(1)}" in text
         assert re.search(rf"^per hour idle \(no run\): +{re.escape(row.group(2))}$", text, re.M), stack
         assert re.search(rf"^Lustre per month: +{re.escape(row.group(3))}$", text, re.M), stack
-        assert re.search(rf"^one run \(training steps only\): .* = {re.escape(row.group(4))}$", text, re.M), stack
+        total = rf"^one run, steps and evaluations: {re.escape(row.group(4))} \(not counted"
+        assert re.search(total, text, re.M), stack
 
 
 def test_readme_cost_tool_replaces_only_the_blocks():
@@ -556,11 +559,12 @@ def test_readme_cost_tool_replaces_only_the_blocks():
     dev = (
         "per hour while the GPUs run: $63.50\nper hour idle (no run):      $13.34\n"
         "Lustre per month:            $5,400.00\nper month after destroy:     $5,400.00 (Lustre)\n"
-        "one run (training steps only): 1 x 3 = 2.75 GPU-hours, $17.24\n"
+        "one run, steps and evaluations: 2.75 GPU-hours, $17.24 (not counted: waiting)\n"
     )
     b200 = (
         "per hour while the GPUs run: $1.00\nper hour idle (no run):      \\1\nLustre per month:            $0.00\n"
-        "per month after destroy:     $0.00 (nothing)\none run (training steps only): 2 x 10 = 8 GPU-hours, $9.00\n"
+        "per month after destroy:     $0.00 (nothing)\n"
+        "one run, steps and evaluations: 8 GPU-hours, $9.00 (not counted)\n"
     )
     new = readme_cost.updated({"README.md": readme, "docs/cost.md": guide}, {"dev": dev, "b200": b200})
     assert readme_cost.quoted(new["docs/cost.md"], "dev") == dev
@@ -571,7 +575,7 @@ def test_readme_cost_tool_replaces_only_the_blocks():
     )
     assert readme_cost.quoted_summary(new["README.md"]) == (
         "<!-- cost-summary -->\n```text\n"
-        "stack  GPUs running, per hour  idle, per hour  Lustre per month  one run (training steps only)\n"
+        "stack  GPUs running, per hour  idle, per hour  Lustre per month  one run (steps + evaluations)\n"
         "dev    $63.50                  $13.34          $5,400.00         2.75 GPU-hours, $17.24\n"
         "b200   $1.00                   \\1              $0.00             8 GPU-hours, $9.00\n"
         "```\n<!-- /cost-summary -->"

@@ -456,7 +456,13 @@ def startup(plan: Plan) -> first_step.Result:
 
 def timeline_text(plan: Plan) -> str:
     steps = [step["step"] for step in plan.jobs.outputs.get("pipeline", [])]
-    provisioning = timeline.render(plan.timeline, lustre_label="Instance/lustre", cluster_label="Cluster/gke")
+    tier = plan.infra.outputs.get("lustreThroughputMbpsPerTib")
+    provisioning = timeline.render(
+        plan.timeline,
+        lustre_label="Instance/lustre",
+        cluster_label="Cluster/gke",
+        lustre_tier=tier if isinstance(tier, int) else None,
+    )
     return provisioning + timeline.render_run_steps(steps) + "\n" + first_step.render(startup(plan))
 
 
@@ -468,13 +474,37 @@ def cost_text(plan: Plan) -> str:
     lines = summary_lines(cost)
     run = plan.jobs.outputs.get("estimatedRun")
     if isinstance(run, dict):
-        lines.insert(
-            -1,
-            f"one run (training steps only): {run['nodes']} GPU node(s) x {run['steps']} steps x "
-            f"{run['secondsPerStep']:g} s = {run['gpuHours']:g} GPU-hours, {dollars(run['usd'])}"
-            + (" at your gpuNodeHourlyPrice" if run.get("priceFrom") == USER_RATE else ""),
-        )
+        lines[-1:-1] = run_lines(run)
     return "\n".join(lines) + "\n"
+
+
+RUN_TOTAL_PREFIX = "one run, steps and evaluations:"
+
+
+def run_lines(run: Mapping[str, Any]) -> list[str]:
+    """estimatedRun as cost.txt prints it: the training steps, the evaluations and their sum, each on its own line
+    and saying what it counts; a figure that depends on an unknown step time says unknown."""
+    rate = " at your gpuNodeHourlyPrice" if run.get("priceFrom") == USER_RATE else ""
+
+    def hours(value: Any) -> str:
+        return "unknown GPU-hours" if value is None else f"{value:g} GPU-hours"
+
+    seconds = run.get("secondsPerStep")
+    per_step = "unknown s (set secondsPerStep)" if seconds is None else f"{seconds:g} s"
+    lines = [
+        f"one run, training steps: {run['nodes']} GPU node(s) x {run['steps']} steps x {per_step} = "
+        f"{hours(run.get('stepGpuHours'))}, {dollars(run.get('stepUsd'))}{rate}",
+        f"one run, evaluations: {run['nodes']} GPU node(s) x {run['evals']} evaluation(s), "
+        f"{run['evalMinutes']:g} min = {hours(run.get('evalGpuHours'))}, {dollars(run.get('evalUsd'))}{rate}",
+        f"{RUN_TOTAL_PREFIX} {hours(run.get('gpuHours'))}, {dollars(run.get('usd'))}{rate} (not counted: the wait "
+        "for nodes, pre-flights, data, conversion)",
+    ]
+    if seconds is not None and run.get("secondsPerStepFrom"):
+        source = run["secondsPerStepFrom"]
+        lines.append(f"step time from: {'your secondsPerStep' if source == 'secondsPerStep' else source}")
+    shown_elsewhere = ("seconds per step: ", "no price", "GPU node rate")  # the step-time line, the infra's notes
+    lines += [f"note: {note}" for note in run.get("notes") or [] if not note.startswith(shown_elsewhere)]
+    return lines
 
 
 RAY_PODS_DIR = "ray-pods"
