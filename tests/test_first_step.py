@@ -66,10 +66,10 @@ def test_timeline_txt_and_the_summary_have_exactly_the_two_lines(plans: dict[str
 
 
 def test_the_goal_on_h200(plans: dict[str, Plan]):
-    """With the cuts, the cold first step of h200 is at most 75% of the same model without them, and a warm re-run
-    reaches its first step within 15 modeled minutes."""
+    """With the cuts, the cold first step of h200 comes at least 15 modeled minutes before the same model without
+    them, and a warm re-run reaches its first step within 15 modeled minutes."""
     result = first_step.model(first_step.inputs_from_plan(plans["h200"]))
-    assert result.cold_minutes <= 0.75 * result.uncut_minutes, (result.cold_minutes, result.uncut_minutes)
+    assert result.uncut_minutes - result.cold_minutes >= 15, (result.cold_minutes, result.uncut_minutes)
     assert result.warm_reaches_step <= 15
     # The first step itself is the tutorial recipe's sourced figure (estimatedRun), hundreds of seconds.
     assert result.warm_minutes == pytest.approx(result.warm_reaches_step + 942.51 / 60)

@@ -502,7 +502,7 @@ def test_cost_outputs_and_cost_file(rendered: Rendered):
     assert cost["complete"] is True and cost["unpriced"] == []  # every shipped stack is priced in full
     assert cost["gkeClusterPerHour"] == 0.1 and cost["gpuNodePriceFrom"] == "table"
     run = outputs["jobs"]["estimatedRun"]
-    assert run["evalGpuHours"] > 0 and ("usd" in run)
+    assert (run["evalGpuHours"] > 0) == (run["evals"] > 0) and ("usd" in run)
     # The step time is the table's or the user's; without either, the steps and the total are unknown, not zero.
     assert (run["secondsPerStep"] is None) == (run["gpuHours"] is None) == (run["stepGpuHours"] is None)
     text = rendered.files["cost.txt"]
@@ -510,7 +510,11 @@ def test_cost_outputs_and_cost_file(rendered: Rendered):
     assert "per hour while the GPUs run:" in text and "GPU-hours" in text
     for note in cost["notes"]:
         assert f"note: {note}" in text
-    assert "unknown" not in text and "at least" not in text
+    # Every shipped stack is priced in full: only a run's step time may be unknown (no row for its recipe).
+    priced = [line for line in text.splitlines() if "secondsPerStep" not in line and not line.startswith("one run")]
+    assert "unknown" not in "\n".join(priced) and "at least" not in text
+    if run["secondsPerStep"] is None:
+        assert "one run, steps and evaluations: unknown GPU-hours, unknown" in text
 
 
 def documents() -> dict[str, str]:

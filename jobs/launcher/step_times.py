@@ -205,10 +205,10 @@ def estimate(
     """The seconds one step of this run takes: the user's secondsPerStep, else the table's row scaled to the run,
     else unknown (None) with the reason and the setting that supplies it."""
     if user_seconds is not None:
-        notes: tuple[str, ...] = ()
+        mine: tuple[str, ...] = ()
         if async_grpo:
-            notes = ("the first async step cannot overlap and takes longer than secondsPerStep; it is counted at it",)
-        return StepEstimate(user_seconds, user_seconds, "secondsPerStep", "your figure", notes)
+            mine = ("the first async step cannot overlap and takes longer than secondsPerStep; it is counted at it",)
+        return StepEstimate(user_seconds, user_seconds, "secondsPerStep", "your figure", mine)
     row = find(recipe, async_grpo, gpu_type)
     ask = "set the job setting secondsPerStep from a run of yours"
     if row is None:

@@ -39,8 +39,8 @@ def test_every_row_says_what_it_counts_where_it_comes_from_and_when():
     assert "kubernetes-engine-samples" in sample.source and "731.16 s policy training" in sample.counts
     # NVIDIA's Llama 3.1 8B rows are the figures the benchmark compares with.
     for mode, published in PUBLISHED_H100.items():
-        row = step_times.find(published.recipe, mode != "sync", H200)
-        assert row is not None and row.seconds == published.seconds_per_step
+        found = step_times.find(published.recipe, mode != "sync", H200)
+        assert found is not None and found.seconds == published.seconds_per_step
     fp8 = step_times.find(step_times.LLAMA_8B_FP8_ASYNC_RECIPE, True, H200)
     assert fp8 is not None and fp8.seconds == 53.0
 
