@@ -333,7 +333,7 @@ def test_make_plan_fits_one_screen_and_names_the_files_with_the_details(
     lines = out.splitlines()
     assert len(lines) <= plan.SCREEN_LINES, out
     assert max(len(line) for line in lines) <= plan.SCREEN_WIDTH, out
-    assert plan.SCREEN_LINES <= 30 and plan.SCREEN_WIDTH <= 120  # one screen of an ordinary terminal
+    assert plan.SCREEN_LINES <= 40 and plan.SCREEN_WIDTH <= 120  # one screen of an ordinary terminal window
     text = flat(out)
     written = sorted(p.name + ("/" if p.is_dir() else "") for p in (tmp_path / stack).iterdir())
     assert {"cost.txt", "timeline.txt", "resources.txt", "outputs.json", "manifests/"} <= set(written)
@@ -355,8 +355,9 @@ def test_the_programs_warnings_show_in_the_summary(capsys: pytest.CaptureFixture
     assert plan.main(["--stack", "dev", "--out", str(tmp_path), "-j", "model=org/m"]) == 0
     text = flat(capsys.readouterr().out)
     warnings = text[text.index("Warnings") : text.index(" Details in ")]
-    assert warnings.startswith("Warnings (2): ")  # the model's note and the cost's
+    assert warnings.startswith("Warnings (3): ")  # the model's note, the cost's, and dev's unknown step time
     assert "model org/m: fit unchecked" in warnings and "the notes in cost.txt" in warnings
+    assert "run estimate: seconds per step unknown for this recipe: set secondsPerStep" in warnings
     assert plan.main(["--stack", "dev", "--out", str(tmp_path), "-j", "model=org/m", "--quiet"]) == 0
     quiet = capsys.readouterr().out
     assert "warning: model org/m: fit unchecked" in quiet and "Warnings" not in quiet
@@ -579,13 +580,19 @@ def test_cost_outputs_and_cost_file(rendered: Rendered):
     assert cost["complete"] is True and cost["unpriced"] == []  # every shipped stack is priced in full
     assert cost["gkeClusterPerHour"] == 0.1 and cost["gpuNodePriceFrom"] == "table"
     run = outputs["jobs"]["estimatedRun"]
-    assert run["gpuHours"] > 0 and ("usd" in run)
+    assert (run["evalGpuHours"] > 0) == (run["evals"] > 0) and ("usd" in run)
+    # The step time is the table's or the user's; without either, the steps and the total are unknown, not zero.
+    assert (run["secondsPerStep"] is None) == (run["gpuHours"] is None) == (run["stepGpuHours"] is None)
     text = rendered.files["cost.txt"]
     assert rendered.on_disk()["cost.txt"] == text == plan.cost_text(rendered.plan)  # written, not only rendered
     assert "per hour while the GPUs run:" in text and "GPU-hours" in text
     for note in cost["notes"]:
         assert f"note: {note}" in text
-    assert "unknown" not in text and "at least" not in text
+    # Every shipped stack is priced in full: only a run's step time may be unknown (no row for its recipe).
+    priced = [line for line in text.splitlines() if "secondsPerStep" not in line and not line.startswith("one run")]
+    assert "unknown" not in "\n".join(priced) and "at least" not in text
+    if run["secondsPerStep"] is None:
+        assert "one run, steps and evaluations: unknown GPU-hours, unknown" in text
     # How the GPU nodes are priced is named; a reservation's figures are ranges down to its published discount.
     assert "one GPU node per hour by how it is bought" in text
     if cost["gpuNodePriceBasis"] == "reservationRange":
@@ -633,7 +640,8 @@ def test_readme_cost_summary_is_the_goldens():
         assert f"per hour while the GPUs run: {row.group(1)}" in text
         assert re.search(rf"^per hour idle \(no run\): +{re.escape(row.group(2))}$", text, re.M), stack
         assert re.search(rf"^Lustre per month: +{re.escape(row.group(3))}$", text, re.M), stack
-        assert re.search(rf"^one run \(training steps only\): .* = {re.escape(row.group(4))}$", text, re.M), stack
+        total = rf"^one run, steps and evaluations: {re.escape(row.group(4))} \(not counted"
+        assert re.search(total, text, re.M), stack
         # Each stack's GPU node rate is listed below the table with how it was priced and its sources' dates.
         (rate_line,) = [line for line in text.splitlines() if line.startswith("one GPU node per hour:")]
         rate = rate_line.removeprefix("one GPU node per hour:").strip().split(" (")[0]
@@ -656,11 +664,12 @@ def test_readme_cost_tool_replaces_only_the_blocks():
     dev = (
         "per hour while the GPUs run: $63.50\nper hour idle (no run):      $13.34\n"
         "Lustre per month:            $5,400.00\nper month after destroy:     $5,400.00 (Lustre)\n"
-        "one run (training steps only): 1 x 3 = 2.75 GPU-hours, $17.24\n"
+        "one run, steps and evaluations: 2.75 GPU-hours, $17.24 (not counted: waiting)\n"
     )
     b200 = (
         "per hour while the GPUs run: $1.00\nper hour idle (no run):      \\1\nLustre per month:            $0.00\n"
-        "per month after destroy:     $0.00 (nothing)\none run (training steps only): 2 x 10 = 8 GPU-hours, $9.00\n"
+        "per month after destroy:     $0.00 (nothing)\n"
+        "one run, steps and evaluations: 8 GPU-hours, $9.00 (not counted)\n"
     )
     new = readme_cost.updated({"README.md": readme, "docs/cost.md": guide}, {"dev": dev, "b200": b200})
     assert readme_cost.quoted(new["docs/cost.md"], "dev") == dev
@@ -671,7 +680,7 @@ def test_readme_cost_tool_replaces_only_the_blocks():
     )
     assert readme_cost.quoted_summary(new["README.md"]) == (
         "<!-- cost-summary -->\n```text\n"
-        "stack  GPUs running, per hour  idle, per hour  Lustre per month  one run (training steps only)\n"
+        "stack  GPUs running, per hour  idle, per hour  Lustre per month  one run (steps + evaluations)\n"
         "dev    $63.50                  $13.34          $5,400.00         2.75 GPU-hours, $17.24\n"
         "b200   $1.00                   \\1              $0.00             8 GPU-hours, $9.00\n"
         "```\n<!-- /cost-summary -->"
@@ -740,7 +749,8 @@ def test_summary_prints_the_cost(capsys: pytest.CaptureFixture[str], tmp_path: P
     text = flat(capsys.readouterr().out)
     assert "Estimated cost (USD, list prices read on " in text and "each part and its source in cost.txt" in text
     cost = (tmp_path / "dev" / "cost.txt").read_text().splitlines()
-    notes = [line for line in cost if line.startswith("note: ")]
+    priced = cost[: next(i for i, line in enumerate(cost) if line.startswith("one run,"))]  # the run's notes follow
+    notes = [line for line in priced if line.startswith("note: ")]
     assert notes and f"cost: {len(notes)} price(s) derived, borrowed or given by you" in text
     in_block = False
     for line in cost:

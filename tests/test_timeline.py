@@ -31,6 +31,7 @@ class Res:
     property_dependencies: dict[str, list[str]] = field(default_factory=dict)
     provider: str = ""
     custom: bool = True
+    inputs: dict[str, str] = field(default_factory=lambda: {"perUnitStorageThroughput": "500"})
 
     @property
     def urn(self) -> str:
@@ -38,6 +39,8 @@ class Res:
 
 
 def minutes(type_token: str) -> float:
+    if type_token == LUSTRE:  # by tier: Res asks for 500 MB/s/TiB
+        return timeline.LUSTRE_CREATION[500].typical.minutes
     return timeline.DURATIONS[type_token].minutes
 
 
@@ -141,8 +144,25 @@ def test_every_figure_has_a_source_or_says_it_is_an_estimate():
         assert re.match(r"(https://\S+|estimate: \S|no cloud call)", duration.source), (type_token, duration.source)
     # The long poles are the ones that matter; keep them in the ranges the brief's sources give.
     assert 5 <= minutes(CLUSTER) <= 10
-    assert 20 <= minutes(LUSTRE) <= 60
-    assert timeline.DURATIONS[LUSTRE].source.startswith("https://")
+    # Managed Lustre by tier: over an hour at 125 and 250 MB/s/TiB, under it at 500 and 1000 (cluster-toolkit#5079),
+    # the worst case the top of the P99 range (magic-modules#14878).
+    assert sorted(timeline.LUSTRE_CREATION) == [125, 250, 500, 1000]
+    for tier, creation in timeline.LUSTRE_CREATION.items():
+        assert (creation.typical.minutes >= 60) == (tier in (125, 250)), tier
+        assert creation.typical.minutes < creation.worst.minutes == 80
+        assert "cluster-toolkit/pull/5079" in creation.typical.source
+        assert creation.worst.source.startswith("https://github.com/GoogleCloudPlatform/magic-modules/pull/14878")
+    assert LUSTRE not in timeline.DURATIONS  # one place for its figure
+
+
+def test_the_lustre_creation_follows_the_tier():
+    net = Res(NETWORK, "net")
+    for tier, expected in ((125, 60), (250, 60), (500, 40), (1000, 40)):
+        lustre = Res(LUSTRE, "lustre", dependencies=[net.urn], inputs={"perUnitStorageThroughput": str(tier)})
+        assert timeline.build([[net, lustre]]).steps["Instance/lustre"].duration.minutes == expected
+        assert timeline.build([[net, lustre]], worst=True).steps["Instance/lustre"].duration.minutes == 80
+    with pytest.raises(ValueError, match="tier 300"):
+        timeline.build([[Res(LUSTRE, "lustre", inputs={"perUnitStorageThroughput": "300"})]])
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +173,7 @@ def dev_plan() -> Plan:
 def test_every_registered_type_has_a_figure(dev_plan: Plan):
     for run in (dev_plan.infra, dev_plan.jobs):
         for resource in run.resources:
-            if resource.custom:
+            if resource.custom and resource.type != LUSTRE:  # Lustre's is by tier: LUSTRE_CREATION
                 assert resource.type in timeline.DURATIONS, f"add {resource.type} to timeline.DURATIONS"
 
 
@@ -184,13 +204,16 @@ def test_dev_ray_release_waits_for_the_gpu_pool_and_the_volume(dev_plan: Plan):
 
 
 def test_rendered_timeline_names_the_path_and_the_totals(dev_plan: Plan):
-    text = timeline.render(dev_plan.timeline, lustre_label="Instance/lustre", cluster_label="Cluster/gke")
+    text = timeline.render(
+        dev_plan.timeline, lustre_label="Instance/lustre", cluster_label="Cluster/gke", lustre_tier=1000
+    )
     t = dev_plan.timeline
     assert "Lustre builds beside the cluster" in text
     assert f"{t.total:.1f} min" in text and f"{t.sequential:.1f} min" in text
     lustre = t.steps["Instance/lustre"]
     assert f"{lustre.start:6.2f} -> {lustre.end:6.2f}  Instance/lustre" in text
-    assert timeline.DURATIONS[LUSTRE].source in text
+    assert timeline.LUSTRE_CREATION[1000].typical.source in text  # dev's tier
+    assert "Managed Lustre creation at 1000 MB/s/TiB: 40 min modeled, up to 80 min" in text
 
 
 def test_the_evaluations_are_modeled_as_the_run_estimate_counts_them(dev_plan: Plan):

@@ -20,11 +20,13 @@ and compile caches on Lustre, nodes kept (reservation) or scaled to zero (autosc
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tools import timeline as provisioning
 from tools.timeline import INFRA_DONE, RUN_STEP_DURATIONS, Timeline
 
 
@@ -119,7 +121,7 @@ RECIPE_MODELS: Mapping[str, str] = {
 NEXT_CUTS: Mapping[str, str] = {
     "gcp:lustre/instance:Instance": (
         "create Managed Lustre once and keep it (protectData keeps it through `pulumi destroy`; a later stack could "
-        "import it), or start the Lustre creation ahead of the rest: nothing else waits 30 min"
+        "import it), or start the Lustre creation ahead of the rest: nothing else waits as long"
     ),
     "image pull": "imageCacheDisk: the image preloaded on a secondary boot disk, no registry pull on a new node",
     "GPU node boot": "keep GPU nodes between runs (a reservation bills them anyway), or a longer rayIdleTimeoutSeconds",
@@ -169,9 +171,12 @@ class StartupInputs:
     lustre_gb_per_s: float
     train_nodes: int
     preflight_lustre_gb: float  # written then read by preflight-lustre, all nodes together
-    seconds_per_step: float
+    seconds_per_step: float | None  # the first step's seconds (estimatedRun.firstStepSeconds); None: unknown
     ray_autoscaling: bool
     cuts: Cuts
+    # The same milestones with Managed Lustre's worst-case creation time for its tier (the cold range's end).
+    worst_milestones: Mapping[str, float] = field(default_factory=dict)
+    lustre_tier: int = 0
     model_source: str = ""
     provisioning_path: tuple[tuple[str, str, float, float], ...] = ()  # (label, type, start, end) on the critical path
 
@@ -240,6 +245,8 @@ def inputs_from_plan(plan: Any) -> StartupInputs:
     steps = tuple(str(s["step"]) for s in pipeline)
     entry = {str(s["step"]): str(s["entrypoint"]) for s in pipeline}
     milestones = {key: timeline.steps[label].end for key, label in _MILESTONES.items() if label in timeline.steps}
+    worst = provisioning.build([plan.infra.resources, plan.jobs.resources], worst=True)
+    worst_milestones = {key: worst.steps[label].end for key, label in _MILESTONES.items() if label in worst.steps}
     infra_done = timeline.steps[INFRA_DONE].end
     recipe = _argument(entry.get("train") or entry.get("train-sync", ""), "--config") or ""
     model = RECIPE_MODELS.get(recipe, "")
@@ -265,7 +272,9 @@ def inputs_from_plan(plan: Any) -> StartupInputs:
         train_nodes=int(run.get("nodes") or 1),
         preflight_lustre_gb=2 * gib_per_node * io_nodes * 2**30 / 1e9,
         # The first step's own time: with asyncGrpo nothing overlaps yet (estimatedRun.firstStepSeconds).
-        seconds_per_step=float(run.get("firstStepSeconds") or run.get("secondsPerStep") or 0),
+        seconds_per_step=None if run.get("firstStepSeconds") is None else float(run["firstStepSeconds"]),
+        worst_milestones=worst_milestones,
+        lustre_tier=tier,
         ray_autoscaling=infra_out.get("rayAutoscaling") is True,
         cuts=cuts_of(plan.infra.resources, steps, image, mount, entry),
         provisioning_path=path,
@@ -455,7 +464,12 @@ def _train(inputs: StartupInputs, cuts: Cuts, warm: bool) -> list[tuple[str, flo
         source += "; compilation from the cache on Lustre (vllmCompile -> compileCacheLoad)"
     setup = max(vllm, minutes("policyInit")) + minutes("setupOther")
     phases.append(("vLLM set-up", setup, f"vLLM and the policy in parallel, then the rest: {source}"))
-    phases.append((FIRST_STEP, inputs.seconds_per_step / 60, "secondsPerStep (job config), as estimatedRun uses it"))
+    if inputs.seconds_per_step is None:
+        phases.append((FIRST_STEP, 0.0, "unknown: no step time for the recipe (estimatedRun); set secondsPerStep"))
+    else:
+        phases.append(
+            (FIRST_STEP, inputs.seconds_per_step / 60, "estimatedRun.firstStepSeconds (its source in cost.txt)")
+        )
     return phases
 
 
@@ -487,6 +501,15 @@ class Result:
     uncut: Schedule  # the same phases without them
     warm: Schedule
     inputs: StartupInputs
+    cold_worst: Schedule | None = None  # with the cuts, Managed Lustre at its tier's worst-case creation time
+
+    @property
+    def step_known(self) -> bool:
+        return self.inputs.seconds_per_step is not None
+
+    @property
+    def cold_worst_minutes(self) -> float:
+        return (self.cold_worst or self.cold).end[FIRST_STEP]
 
     @property
     def cold_minutes(self) -> float:
@@ -520,21 +543,60 @@ class Result:
 
 
 def model(inputs: StartupInputs) -> Result:
+    worst = dataclasses.replace(inputs, milestones=inputs.worst_milestones) if inputs.worst_milestones else inputs
     return Result(
         cold=build(inputs, inputs.cuts),
         uncut=build(inputs, Cuts()),
         warm=build(inputs, inputs.cuts, warm=True),
         inputs=inputs,
+        cold_worst=build(worst, inputs.cuts),
+    )
+
+
+UNKNOWN_STEP = "seconds per step unknown: set secondsPerStep"
+
+
+def _lustre_range(inputs: StartupInputs) -> str:
+    if inputs.lustre_tier not in provisioning.LUSTRE_CREATION:
+        return ""
+    creation = provisioning.LUSTRE_CREATION[inputs.lustre_tier]
+    return (
+        f"Managed Lustre {creation.typical.minutes:g}-{creation.worst.minutes:g} min at {inputs.lustre_tier} MB/s/TiB; "
     )
 
 
 def summary_lines(result: Result) -> list[str]:
-    """The two lines `make plan` prints and timeline.txt holds."""
+    """The two lines `make plan` prints and timeline.txt holds: the cold range runs from Managed Lustre's typical to
+    its worst-case creation time. Without a step time, when the first step starts, and that its end is unknown."""
+    lustre = _lustre_range(result.inputs)
+    if result.step_known:
+        return [
+            f"first GRPO step, cold: {result.cold_minutes:.1f}-{result.cold_worst_minutes:.1f} min "
+            f"({lustre}without the start-up cuts: {result.uncut_minutes:.1f} min)",
+            f"first GRPO step, warm: {result.warm_minutes:.1f} min",
+        ]
     return [
-        f"first GRPO step, cold: {result.cold_minutes:.1f} min "
-        f"(without the start-up cuts: {result.uncut_minutes:.1f} min)",
-        f"first GRPO step, warm: {result.warm_minutes:.1f} min",
+        f"first GRPO step, cold: unknown (it starts at {result.cold_minutes:.1f}-{result.cold_worst_minutes:.1f} "
+        f"min; {lustre}without the start-up cuts at {result.uncut_minutes:.1f} min); {UNKNOWN_STEP}",
+        f"first GRPO step, warm: unknown (it starts at {result.warm_minutes:.1f} min); {UNKNOWN_STEP}",
     ]
+
+
+def table_row(stack: str, result: Result) -> str:
+    """docs/design.md's Faster start-up row for a stack: cold with the cuts, cold without them, warm."""
+    if result.step_known:
+        cells = [
+            f"{result.cold_minutes:.1f}-{result.cold_worst_minutes:.1f} min",
+            f"{result.uncut_minutes:.1f} min",
+            f"{result.warm_minutes:.1f} min",
+        ]
+    else:
+        cells = [
+            f"unknown (starts at {result.cold_minutes:.1f}-{result.cold_worst_minutes:.1f} min)",
+            f"unknown (starts at {result.uncut_minutes:.1f} min)",
+            f"unknown (starts at {result.warm_minutes:.1f} min)",
+        ]
+    return f"| `{stack}` | " + " | ".join(cells) + " |"
 
 
 def _schedule_lines(schedule: Schedule) -> list[str]:
@@ -550,6 +612,8 @@ def _schedule_lines(schedule: Schedule) -> list[str]:
 def render(result: Result) -> str:
     inputs = result.inputs
     name, kind, length = result.dominant()
+    known = inputs.seconds_per_step is not None
+    step = f"first step {inputs.seconds_per_step:g} s (estimatedRun)" if known else "first step: seconds unknown"
     lines = [
         "From `pulumi up` to the end of the first GRPO step (modeled minutes; figures from one table, not measured)",
         "",
@@ -570,8 +634,7 @@ def render(result: Result) -> str:
         *_schedule_lines(result.warm),
         "",
         f"Sizes: image {inputs.image_gb:g} GB; {inputs.model} {inputs.model_gb:.1f} GB; Lustre "
-        f"{inputs.lustre_gb_per_s:.1f} GB/s (capacity x tier); {inputs.train_nodes} training node(s); "
-        f"{inputs.seconds_per_step:g} s per step",
+        f"{inputs.lustre_gb_per_s:.1f} GB/s (capacity x tier); {inputs.train_nodes} training node(s); {step}",
         "Figures used:",
         *(f"  {key}: {f.value:g} {f.unit}: {f.source}" for key, f in FIGURES.items()),
     ]

@@ -608,7 +608,13 @@ def startup(plan: Plan) -> first_step.Result:
 
 def timeline_text(plan: Plan) -> str:
     steps = [step["step"] for step in plan.jobs.outputs.get("pipeline", [])]
-    provisioning = timeline.render(plan.timeline, lustre_label="Instance/lustre", cluster_label="Cluster/gke")
+    tier = plan.infra.outputs.get("lustreThroughputMbpsPerTib")
+    provisioning = timeline.render(
+        plan.timeline,
+        lustre_label="Instance/lustre",
+        cluster_label="Cluster/gke",
+        lustre_tier=tier if isinstance(tier, int) else None,
+    )
     return provisioning + timeline.render_run_steps(steps) + "\n" + first_step.render(startup(plan))
 
 
@@ -620,14 +626,42 @@ def cost_text(plan: Plan) -> str:
     lines = summary_lines(cost)
     run = plan.jobs.outputs.get("estimatedRun")
     if isinstance(run, dict):
-        lines.insert(
-            -1,
-            f"one run (training steps only): {run['nodes']} GPU node(s) x {run['steps']} steps x "
-            f"{run['secondsPerStep']:g} s = {run['gpuHours']:g} GPU-hours, "
-            f"{dollar_range(run.get('usdLow', run['usd']), run['usd'])}"
-            + (" at your gpuNodeHourlyPrice" if run.get("priceFrom") == USER_RATE else ""),
-        )
+        lines[-1:-1] = run_lines(run)
     return "\n".join(lines) + "\n"
+
+
+RUN_TOTAL_PREFIX = "one run, steps and evaluations:"
+
+
+def run_lines(run: Mapping[str, Any]) -> list[str]:
+    """estimatedRun as cost.txt prints it: the training steps, the evaluations and their sum, each on its own line
+    and saying what it counts; a figure that depends on an unknown step time says unknown."""
+    rate = " at your gpuNodeHourlyPrice" if run.get("priceFrom") == USER_RATE else ""
+
+    def hours(value: Any) -> str:
+        return "unknown GPU-hours" if value is None else f"{value:g} GPU-hours"
+
+    def cost(key: str) -> str:
+        """The figure, as a range where the infra prices its GPU nodes as one (a reservation)."""
+        high = run.get(key)
+        return dollar_range(run.get(f"{key}Low", high), high)
+
+    seconds = run.get("secondsPerStep")
+    per_step = "unknown s (set secondsPerStep)" if seconds is None else f"{seconds:g} s"
+    lines = [
+        f"one run, training steps: {run['nodes']} GPU node(s) x {run['steps']} steps x {per_step} = "
+        f"{hours(run.get('stepGpuHours'))}, {cost('stepUsd')}{rate}",
+        f"one run, evaluations: {run['nodes']} GPU node(s) x {run['evals']} evaluation(s), "
+        f"{run['evalMinutes']:g} min = {hours(run.get('evalGpuHours'))}, {cost('evalUsd')}{rate}",
+        f"{RUN_TOTAL_PREFIX} {hours(run.get('gpuHours'))}, {cost('usd')}{rate} (not counted: the wait "
+        "for nodes, pre-flights, data, conversion)",
+    ]
+    if seconds is not None and run.get("secondsPerStepFrom"):
+        source = run["secondsPerStepFrom"]
+        lines.append(f"step time from: {'your secondsPerStep' if source == 'secondsPerStep' else source}")
+    shown_elsewhere = ("seconds per step: ", "no price", "GPU node rate")  # the step-time line, the infra's notes
+    lines += [f"note: {note}" for note in run.get("notes") or [] if not note.startswith(shown_elsewhere)]
+    return lines
 
 
 RAY_PODS_DIR = "ray-pods"
@@ -695,7 +729,7 @@ def write_files(out_dir: Path, files: Mapping[str, str]) -> None:
 # Summary: one screen; the details stay in the files under build/<stack>/ that it names.
 
 # What `make plan` prints, progress lines included, fits one terminal screen (tests hold every shipped stack to it).
-SCREEN_LINES = 30
+SCREEN_LINES = 40
 SCREEN_WIDTH = 120
 # cost.txt lines the summary leaves to cost.txt: each part's rate, the notes on where a price comes from (counted
 # among the warnings), the date of the prices (in the heading). Any other line (totals, one run, what is not
@@ -707,6 +741,7 @@ COST_DETAIL_PREFIXES = (
     "boot disk per node-month:",
     "note: ",
     "prices read on ",
+    "step time from:",
 )
 # cost.txt blocks (a heading and its indented rows) left to cost.txt: the price of a GPU node by how it is bought.
 COST_DETAIL_BLOCKS = ("one GPU node per hour by how it is bought",)
@@ -820,7 +855,12 @@ def plan_warnings(plan: Plan) -> list[str]:
             found.append(f"cost: no price for {', '.join(map(str, cost['unpriced']))}; the totals leave it out")
     run = plan.jobs.outputs.get("estimatedRun")
     if isinstance(run, dict):
-        found += [f"run estimate: {note}" for note in run.get("notes") or []]
+        if run.get("secondsPerStep") is None:
+            found.append("run estimate: seconds per step unknown for this recipe: set secondsPerStep (see cost.txt)")
+        elif run.get("notes"):
+            found.append(
+                f"run estimate: {len(run['notes'])} note(s) on the step time's source and scaling, in cost.txt"
+            )
     return found
 
 
@@ -862,7 +902,8 @@ def summary(plan: Plan, out_dir: Path, files: Mapping[str, str]) -> str:
         + (", Lustre beside the cluster" if beside else "")
         + f" ({t.sequential:.1f} min one after another)"
     )
-    lines += [f"    {line}" for line in first_step.summary_lines(startup(plan))]
+    for line in first_step.summary_lines(startup(plan)):
+        lines += _wrapped(line, "    ", "      ")
     warnings = plan_warnings(plan)
     if not warnings:
         lines.append("  Warnings: none")

@@ -68,7 +68,7 @@ SUMMARY_COLUMNS = {
     "GPUs running, per hour": "per hour while the GPUs run:",
     "idle, per hour": "per hour idle (no run):",
     "Lustre per month": "Lustre per month:",
-    "one run (training steps only)": "one run (training steps only):",
+    "one run (steps + evaluations)": "one run, steps and evaluations:",
 }
 
 
@@ -92,9 +92,9 @@ def summary_block(costs: dict[str, str]) -> str:
     """A table of every stack's key figures: per hour running and idle, Lustre per month, one run."""
     rows = [["stack", *SUMMARY_COLUMNS]]
     for stack, text in costs.items():
-        run = _line(stack, text, SUMMARY_COLUMNS["one run (training steps only)"])
+        run = _line(stack, text, SUMMARY_COLUMNS["one run (steps + evaluations)"])
         values = [_line(stack, text, prefix) for prefix in list(SUMMARY_COLUMNS.values())[:-1]]
-        rows.append([stack, *values, run.split(" = ", 1)[-1]])
+        rows.append([stack, *values, run.split(" (not counted", 1)[0]])
     widths = [max(len(row[i]) for row in rows) + 2 for i in range(len(rows[0]) - 1)]
     body = "\n".join("".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + row[-1] for row in rows)
     sources = gpu_rate_sources(costs)

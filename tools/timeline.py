@@ -50,10 +50,38 @@ class Duration:
     source: str  # a URL (optionally with a note), or "estimate: ..." when no published figure was found
 
 
-_LUSTRE_SOURCE = (
-    "https://github.com/GoogleCloudPlatform/magic-modules/pull/14878 (Managed Lustre team: create P99 "
-    "'around 40 to 80 minutes'; provider create timeout raised 20m -> 120m); 30 min taken as typical, an estimate"
+LUSTRE_TYPE = "gcp:lustre/instance:Instance"
+_LUSTRE_P99 = (
+    "https://github.com/GoogleCloudPlatform/magic-modules/pull/14878 (2025-08-19, the Managed Lustre team: create "
+    "P99 'around 40 to 80 minutes'; the provider's create timeout raised to 120 min)"
 )
+_LUSTRE_BY_TIER = (
+    "https://github.com/GoogleCloudPlatform/cluster-toolkit/pull/5079 (2026-01-08, testing every tier: 125 and 250 "
+    "MB/s/TiB 'take more than 1hr to deploy', 500 and 1000 'less than 1hr')"
+)
+
+
+@dataclass(frozen=True)
+class LustreCreation:
+    typical: Duration  # what the modeled timeline takes
+    worst: Duration  # the worst case published: the cold-start range ends there
+
+
+# Managed Lustre creation by throughput tier (MB/s per TiB). No median is published: "typical" is the bound the
+# sources give for the tier (the low end of the P99 range for the tiers under an hour, one hour for the tiers over
+# it), "worst" the top of the P99 range.
+LUSTRE_CREATION: Mapping[int, LustreCreation] = {
+    tier: LustreCreation(
+        typical=Duration(
+            60.0 if tier in (125, 250) else 40.0,
+            (f"{_LUSTRE_BY_TIER}: more than an hour, its lower bound taken"
+             if tier in (125, 250) else
+             f"{_LUSTRE_P99}: the low end of the P99 range; {_LUSTRE_BY_TIER}: under an hour"),
+        ),
+        worst=Duration(80.0, f"{_LUSTRE_P99}: the top of the P99 range"),
+    )
+    for tier in (125, 250, 500, 1000)
+}  # fmt: skip
 _NETWORK_SOURCE = (
     "https://github.com/opea-project/GenAIInfra/pull/977 (apply log: google_compute_network "
     "'Creation complete after 22s')"
@@ -84,7 +112,6 @@ DURATIONS: Mapping[str, Duration] = {
     "gcp:container/nodePool:NodePool": Duration(
         4.0, "estimate: 3-5 min for the pool; its GPU nodes' boot is modeled in the first-step phases (first_step.py)"
     ),
-    "gcp:lustre/instance:Instance": Duration(30.0, _LUSTRE_SOURCE),
     "pulumi:providers:kubernetes": Duration(0.0, "no cloud call: configuration only"),
     "pulumi:pulumi:StackReference": Duration(0.05, "estimate: one read of the infra stack's outputs"),
     "kubernetes:helm.sh/v3:Release": Duration(
@@ -149,7 +176,27 @@ def render_run_steps(step_names: Iterable[str]) -> str:
 COMPONENT = Duration(0.0, "component: takes no time itself")
 
 
-def duration_of(resource: ResourceLike) -> Duration:
+def lustre_tier(resource: object) -> int:
+    """The throughput tier a registered Lustre instance asks for (its perUnitStorageThroughput input)."""
+    inputs = getattr(resource, "inputs", None) or {}
+    tier = inputs.get("perUnitStorageThroughput")
+    try:
+        return int(str(tier))
+    except ValueError:
+        raise ValueError(f"a Lustre instance without a throughput tier: perUnitStorageThroughput={tier!r}") from None
+
+
+def lustre_creation(tier: int) -> LustreCreation:
+    if tier not in LUSTRE_CREATION:
+        raise ValueError(f"no Managed Lustre creation time for tier {tier}: one of {sorted(LUSTRE_CREATION)}")
+    return LUSTRE_CREATION[tier]
+
+
+def duration_of(resource: ResourceLike, worst: bool = False) -> Duration:
+    """A resource's creation time: Managed Lustre's by its tier (typical, or the worst case), others by type."""
+    if resource.type == LUSTRE_TYPE:
+        creation = lustre_creation(lustre_tier(resource))
+        return creation.worst if worst else creation.typical
     if resource.type in DURATIONS:
         return DURATIONS[resource.type]
     return DEFAULT_DURATION if resource.custom else COMPONENT
@@ -219,7 +266,7 @@ def _provider_urn(reference: str) -> str:
     return reference.rsplit("::", 1)[0] if reference else ""
 
 
-def _program_nodes(resources: Sequence[ResourceLike], after: str | None) -> list[_Node]:
+def _program_nodes(resources: Sequence[ResourceLike], after: str | None, worst: bool = False) -> list[_Node]:
     by_urn = {r.urn: r for r in resources}
     labels = [label_of(r) for r in resources]
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
@@ -237,7 +284,7 @@ def _program_nodes(resources: Sequence[ResourceLike], after: str | None) -> list
         elif after:
             waits.add(after)
         waits.discard(label_of(r))
-        nodes.append(_Node(label_of(r), r.type, duration_of(r), not r.custom, parent, tuple(sorted(waits))))
+        nodes.append(_Node(label_of(r), r.type, duration_of(r, worst), not r.custom, parent, tuple(sorted(waits))))
     return nodes
 
 
@@ -306,12 +353,13 @@ class _Schedule:
         return path
 
 
-def build(programs: Sequence[Sequence[ResourceLike]]) -> Timeline:
-    """Schedule one program, or the infra program then the job program (which starts when the infra is up)."""
+def build(programs: Sequence[Sequence[ResourceLike]], worst: bool = False) -> Timeline:
+    """Schedule one program, or the infra program then the job program (which starts when the infra is up).
+    `worst`: Managed Lustre takes its tier's worst-case creation time instead of the typical one."""
     nodes: list[_Node] = []
     after: str | None = None
     for index, resources in enumerate(programs):
-        program = _program_nodes(resources, after)
+        program = _program_nodes(resources, after, worst)
         clash = sorted({n.label for n in program} & {n.label for n in nodes})
         if clash:
             raise ValueError(f"resource labels are not unique across programs: {clash}")
@@ -341,8 +389,15 @@ def _timed(timeline: Timeline, labels: Iterable[str]) -> list[str]:
     return sorted(label for label in labels if label in timeline.steps and timeline.steps[label].duration.minutes > 0)
 
 
-def render(timeline: Timeline, *, lustre_label: str | None = None, cluster_label: str | None = None) -> str:
-    """The timeline as text: the critical path with start/end minutes, the totals, and where Lustre builds."""
+def render(
+    timeline: Timeline,
+    *,
+    lustre_label: str | None = None,
+    cluster_label: str | None = None,
+    lustre_tier: int | None = None,
+) -> str:
+    """The timeline as text: the critical path with start/end minutes, the totals, and where Lustre builds (with its
+    tier's creation range when `lustre_tier` is given)."""
     lines = ["Modeled provisioning timeline (minutes; typical creation times from one table, not a measurement)", ""]
     lines.append("Critical path (start -> end):")
     for step in timeline.critical_path:
@@ -362,6 +417,12 @@ def render(timeline: Timeline, *, lustre_label: str | None = None, cluster_label
                 f"while {cluster.label} runs {cluster.start:.1f}-{cluster.end:.1f} min; it waits only for "
                 f"{', '.join(_timed(timeline, timeline.ancestors(lustre_label)))}."
             )
+    if lustre_tier is not None:
+        creation = lustre_creation(lustre_tier)
+        lines.append(
+            f"Managed Lustre creation at {lustre_tier} MB/s/TiB: {creation.typical.minutes:g} min modeled, up to "
+            f"{creation.worst.minutes:g} min (worst case: {creation.worst.source})."
+        )
     lines.append("")
     lines.append("Creation times used, per resource type:")
     used = {(s.type, s.duration) for s in timeline.steps.values() if s.type and s.duration.minutes > 0}

@@ -76,8 +76,8 @@ class PublishedFigure:
 
 
 # NeMo RL's performance summary (docs/about/performance-summary.md, v0.5, DGX-H100 BF16, Megatron backend): GRPO on
-# Llama 3.1 8B Instruct, 16 GPUs, on-policy and 1-step off-policy. Anchors for the run estimate (not a prediction for
-# another model: set secondsPerStep from your own runs) and the figures the benchmark stack compares with.
+# Llama 3.1 8B Instruct, 16 GPUs, on-policy and 1-step off-policy: the figures the benchmark stack compares with. The
+# run estimate takes its seconds per step from launcher/step_times.py (which holds these rows too) or secondsPerStep.
 PUBLISHED_H100: dict[str, PublishedFigure] = {
     "sync": PublishedFigure(
         "on-policy", "examples/configs/recipes/llm/performance/grpo-llama3.1-8b-instruct-2n8g.yaml", 92.8, 1581
@@ -89,8 +89,6 @@ PUBLISHED_H100: dict[str, PublishedFigure] = {
         2478,
     ),
 }
-DEFAULT_SECONDS_PER_STEP = PUBLISHED_H100["sync"].seconds_per_step
-ASYNC_SECONDS_PER_STEP = PUBLISHED_H100["async-1off"].seconds_per_step
 # The benchmark runs both recipes unchanged on their own cluster shape: 2 nodes of 8 GPUs.
 BENCHMARK_NODES, BENCHMARK_GPUS_PER_NODE = 2, 8
 # Steps per mode by default, and the fewest that leave 5 measured steps between the first (start-up) and the last
@@ -178,6 +176,7 @@ class InfraOutputs:
     # Where that rate comes from: "table" (infra/prices.py) or "gpuNodeHourlyPrice" (the user's own figure).
     gpu_node_price_from: str = "table"
     export_bucket: str = ""  # where the HF checkpoint is copied; "" when the infra has no export bucket
+    gpu_type: str = ""  # the infra's gpuType (the step-time table is per GPU type); "" when an older infra has none
     # The Secret with Ray's token (key RAY_AUTH_TOKEN) when the cluster requires one (Ray >= 2.52), else None.
     ray_auth_secret: str | None = None
 
@@ -235,9 +234,9 @@ class JobSettings:
     wait_for_workers_minutes: int
     max_restarts: int  # retries of a FAILED train attempt (ray_submit.py --max-retries)
     stop_on_delete: bool  # stop the run's Ray jobs when the job stack is destroyed
-    # Run estimate (jobs/launcher/cost.py): seconds one GRPO step takes on numNodes nodes.
-    seconds_per_step: float = DEFAULT_SECONDS_PER_STEP
-    seconds_per_step_set: bool = False  # the user's secondsPerStep (else a published default)
+    # Run estimate (jobs/launcher/cost.py): the user's secondsPerStep, seconds one GRPO step takes on numNodes
+    # nodes; None takes the step-time table's figure for the recipe (launcher/step_times.py), or says it is unknown.
+    seconds_per_step: float | None = None
     # 1-step (or maxTrajectoryAgeSteps) off-policy GRPO: generation and training overlap on their own nodes.
     async_grpo: bool = False
     max_trajectory_age_steps: int = 1
@@ -358,6 +357,7 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         dashboard_port_forward=need("dashboardPortForward", str),
         cluster_id=need("clusterId", str),
         export_bucket=str(outputs.get("exportBucket") or ""),  # optional: older infra stacks have none
+        gpu_type=str(outputs.get("gpuType") or ""),  # optional too
         ray_autoscaling=autoscaling,
         ray_client_address=client_address if autoscaling else None,
         gpu_node_hourly_usd=dollars("gpuNodePerHour"),
@@ -496,11 +496,11 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         )
 
     wait_minutes = _positive("waitForWorkersMinutes", values.get("waitForWorkersMinutes", 60))
-    seconds_per_step_set = values.get("secondsPerStep") not in (None, "")
-    default_seconds = ASYNC_SECONDS_PER_STEP if async_grpo else DEFAULT_SECONDS_PER_STEP
-    seconds_per_step = _float("secondsPerStep", values["secondsPerStep"]) if seconds_per_step_set else default_seconds
-    if seconds_per_step <= 0:
-        raise ConfigError("secondsPerStep", seconds_per_step, "a positive number of seconds")
+    seconds_per_step = None
+    if values.get("secondsPerStep") not in (None, ""):
+        seconds_per_step = _float("secondsPerStep", values["secondsPerStep"])
+        if not 0 < seconds_per_step < float("inf"):
+            raise ConfigError("secondsPerStep", seconds_per_step, "a positive number of seconds")
     max_restarts = _int("maxRestarts", values.get("maxRestarts", 3))
     if not 0 <= max_restarts <= MAX_RESTARTS:
         raise ConfigError(
@@ -540,7 +540,6 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         ),
         wait_for_workers_minutes=wait_minutes,
         seconds_per_step=seconds_per_step,
-        seconds_per_step_set=seconds_per_step_set,
         max_restarts=max_restarts,
         stop_on_delete=_bool("stopOnDelete", values.get("stopOnDelete", True)),
         async_grpo=async_grpo,

@@ -11,7 +11,6 @@ from conftest import run_infra_stack, shared_infra_run
 from launcher.cost import run_estimate
 from launcher.pipeline import pipeline_script, pipeline_steps
 from launcher.settings import (
-    DEFAULT_SECONDS_PER_STEP,
     EVAL_MINUTES,
     ConfigError,
     build_infra_outputs,
@@ -49,6 +48,11 @@ def test_run_estimate_uses_the_infra_price(exported):
     low = exported["h200"]["estimatedCost"]["gpuNodePerHourLow"]
     assert infra.gpu_node_hourly_low_usd == low and 0 < low < hourly
     assert run["usdLow"] == pytest.approx(round(node_hours * low, 2)) and run["usdLow"] < run["usd"]
+    # The steps and the evaluations are also counted apart (cost.txt prints them on lines of their own).
+    assert run["stepGpuHours"] == round(2 * 20 * 180 / 3600 * 8, 2)
+    assert run["evalGpuHours"] == round(2 * 2 * EVAL_MINUTES / 60 * 8, 2)
+    assert run["stepUsd"] + run["evalUsd"] == pytest.approx(run["usd"], abs=0.02)
+    assert run["secondsPerStepFrom"] == "secondsPerStep"  # the user's figure wins over the table's
     assert run["notes"] == [] and run["pricesReadOn"] == exported["h200"]["estimatedCost"]["pricesReadOn"]
     # An infra stack from before the range exports one rate: it is both ends.
     older = {**exported["h200"]["estimatedCost"]}
@@ -75,13 +79,15 @@ def test_run_estimate_without_a_price_says_so(exported):
     outputs = {**exported["dev"], "estimatedCost": {**exported["dev"]["estimatedCost"], "gpuNodePerHour": None}}
     infra = build_infra_outputs(outputs)
     assert infra.gpu_node_hourly_usd is None
-    run = run_estimate(job_with(infra, numNodes=1, generationNodes=0, evalBase=False, evalFinal=False), infra)
-    assert run["usd"] is None and run["secondsPerStep"] == DEFAULT_SECONDS_PER_STEP
-    assert run["gpuHours"] == round(1 * 10 * DEFAULT_SECONDS_PER_STEP / 3600 * 8, 2) and run["evals"] == 0
+    run = run_estimate(
+        job_with(infra, numNodes=1, generationNodes=0, evalBase=False, evalFinal=False, secondsPerStep=120), infra
+    )
+    assert run["usd"] is None and run["stepUsd"] is None and run["secondsPerStep"] == 120
+    assert run["gpuHours"] == round(1 * 10 * 120 / 3600 * 8, 2) and run["evals"] == 0
     assert run["notes"] == ["no price for the infra's GPU nodes: see the infra stack's estimatedCost"]
 
 
-@pytest.mark.parametrize("bad", [0, -5, "slow"])
+@pytest.mark.parametrize("bad", [0, -5, "slow", "nan", "inf"])
 def test_seconds_per_step_is_validated(exported, bad):
     with pytest.raises(ConfigError, match="secondsPerStep"):
         job_with(build_infra_outputs(exported["h200"]), secondsPerStep=bad)
