@@ -84,8 +84,8 @@ def test_one_manifest_per_kubernetes_object_in_a_stable_order(rendered: Rendered
     kinds = [obj["kind"] for _, obj in files]
     for kind, count in {
         "Namespace": 1,  # the Ray namespace, with its Pod Security labels
-        "NetworkPolicy": 5,  # every Ray pod's, the Ray head's, the submitter's no-ingress one, TensorBoard's deny-all
-        # one, the image holder's no-traffic one
+        "NetworkPolicy": 7,  # every Ray pod's in and out, the Ray head's, the submitter's egress and no-ingress ones,
+        # TensorBoard's deny-all one, the image holder's no-traffic one
         "Deployment": 1,  # TensorBoard
         "Service": 1,  # TensorBoard's (KubeRay creates the head's)
         "ServiceAccount": 3,  # the Ray head's, the GPU workers', and the submitter's (reads its Job: stopOnDelete)
