@@ -230,6 +230,10 @@ def test_every_container_is_hardened(cluster: Cluster):
             assert not context.get("privileged") and not (context.get("capabilities") or {}).get("add")
             if container["name"] in ("fluent-bit", "autoscaler"):
                 assert context["capabilities"]["drop"] == ["ALL"]
+            if container["name"] == "fluent-bit":  # the distroless base's nonroot user
+                assert context["runAsNonRoot"] is True and context["runAsUser"] == context["runAsGroup"] == 65532
+            elif container["name"] != "autoscaler":  # Ray containers; wait-gcs-ready copies their context
+                assert {"NET_RAW", "MKNOD"} <= set(context["capabilities"]["drop"]), container["name"]
 
 
 def test_plan_writes_the_pods_checkov_scans():

@@ -256,6 +256,18 @@ LOCKED_DOWN_SECURITY_CONTEXT: dict[str, Any] = {
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
 }
+# The log sidecar, in addition, runs as a user of its own. Fluent Bit's image declares no USER (root by default), but
+# its base, gcr.io/distroless/cc (fluent/fluent-bit dockerfiles/Dockerfile, `production` stage), defines
+# nonroot, 65532:65532, in /etc/passwd. The sidecar only reads: Ray creates its session folders and log files with
+# the default modes (0755, 0644 under the runtime's umask 022: no chmod in ray/_private), which any user may read,
+# and the emptyDir they lie on is world-readable; it writes nothing but to Cloud Logging.
+FLUENT_BIT_USER = 65532
+FLUENT_BIT_SECURITY_CONTEXT: dict[str, Any] = {
+    **LOCKED_DOWN_SECURITY_CONTEXT,
+    "runAsNonRoot": True,
+    "runAsUser": FLUENT_BIT_USER,
+    "runAsGroup": FLUENT_BIT_USER,
+}
 # The autoscaler's Kubernetes credentials, mounted where its client reads them, in that container only.
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 VOLUME_AUTOSCALER_TOKEN = "autoscaler-api-token"
@@ -302,7 +314,7 @@ def _log_sidecar(settings: InfraSettings) -> dict[str, Any]:
         ],
         # Exactly what infra.settings.check_fits reserved for it on every node.
         "resources": _fixed_resources(_pod_resources(LOG_SIDECAR)),
-        "securityContext": LOCKED_DOWN_SECURITY_CONTEXT,
+        "securityContext": FLUENT_BIT_SECURITY_CONTEXT,
         "volumeMounts": [
             {"name": VOLUME_LOGS, "mountPath": RAY_TMP_DIR, "readOnly": True},
             {"name": VOLUME_FLUENT_BIT, "mountPath": FLUENT_BIT_CONFIG_DIR, "readOnly": True},
