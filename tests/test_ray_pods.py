@@ -49,7 +49,9 @@ class Cluster:
         )
         self.pods = ray_pods.ray_pods(self.cluster)
         self.name = self.cluster["metadata"]["name"]
-        self.args = RayPoliciesArgs(self.namespace, self.name, DASHBOARD_PORT, CLIENT_PORT, METRICS_PORT)
+        self.args = RayPoliciesArgs(
+            self.namespace, self.name, DASHBOARD_PORT, CLIENT_PORT, METRICS_PORT, ("10.0.0.0/20",)
+        )
         self.auth_secret = self.run.outputs["rayAuthSecret"]
 
     @property
@@ -133,10 +135,10 @@ def test_every_ray_pod_is_fenced_by_the_policies(cluster: Cluster):
         assert not any(admitted(policies, worker, submitter, p) for p in (DASHBOARD_PORT, 52365, 6379))
 
 
-def test_managed_prometheus_reaches_the_head_metrics_port_only():
+def test_managed_prometheus_reaches_every_ray_pods_metrics_port_only():
     rule = next(
         r
-        for r in head_policy_spec(RayPoliciesArgs("ns", "c", 1, 2, 3))["ingress"]
+        for r in cluster_policy_spec(RayPoliciesArgs("ns", "c", 1, 2, 3, ("10.0.0.0/20",)))["ingress"]
         if "namespaceSelector" in r["from"][0]
     )
     assert rule == {"from": [{"namespaceSelector": prometheus_selector()}], "ports": [{"protocol": "TCP", "port": 3}]}
@@ -228,6 +230,10 @@ def test_every_container_is_hardened(cluster: Cluster):
             assert not context.get("privileged") and not (context.get("capabilities") or {}).get("add")
             if container["name"] in ("fluent-bit", "autoscaler"):
                 assert context["capabilities"]["drop"] == ["ALL"]
+            if container["name"] == "fluent-bit":  # the distroless base's nonroot user
+                assert context["runAsNonRoot"] is True and context["runAsUser"] == context["runAsGroup"] == 65532
+            elif container["name"] != "autoscaler":  # Ray containers; wait-gcs-ready copies their context
+                assert {"NET_RAW", "MKNOD"} <= set(context["capabilities"]["drop"]), container["name"]
 
 
 def test_plan_writes_the_pods_checkov_scans():

@@ -14,6 +14,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+from upstream import reference
 
 from infra.settings import LOG_SIDECAR, InfraSettings, build_settings
 from infra.sizing import memory_bytes
@@ -315,7 +316,12 @@ def test_head_stays_on_the_cpu_pool(settings: InfraSettings) -> None:
     assert terms == [{"matchExpressions": [{"key": "cloud.google.com/gke-accelerator", "operator": "DoesNotExist"}]}]
     expected = {"cpu": settings.ray_head.cpu, "memory": settings.ray_head.memory}
     assert head["resources"] == {"requests": expected, "limits": expected}
-    assert head["rayStartParams"] == {"dashboard-host": "0.0.0.0", "num-gpus": "0"}
+    assert head["rayStartParams"] == {
+        "dashboard-host": "0.0.0.0",
+        "num-gpus": "0",
+        "min-worker-port": "10002",
+        "max-worker-port": "11000",
+    }
     # Memory-backed /dev/shm counts against the memory limit: it must stay below it.
     shm = next(volume for volume in head["volumes"] if volume["name"] == ray_values.VOLUME_SHM)
     assert 0 < memory_bytes(shm["emptyDir"]["sizeLimit"]) < memory_bytes(settings.ray_head.memory)
@@ -579,3 +585,55 @@ def test_schema_validation_catches_broken_fields(breakage: Any) -> None:
     with pytest.raises(kubernetes_validate.ValidationError):
         for pod in all_pods(values):
             kubernetes_validate.validate(pod, settings.gke_minor, strict=True)
+
+
+# --- Ray's worker ports against NeMo RL's and vLLM's -----------------------------------------------------------------
+
+# The kernel's ephemeral ports on stock Linux (net.ipv4.ip_local_port_range), where NeMo RL v0.5.0 takes its master
+# port (bind to port 0) and vLLM any port it asks the kernel for.
+EPHEMERAL = (32768, 60999)
+
+
+def _constants(path: Path) -> dict[str, int]:
+    """The module-level integer constants of a Python file (NAME = 123)."""
+    return {m[1]: int(m[2]) for m in re.finditer(r"^([A-Z_]+)\s*=\s*(\d+)\s*$", path.read_text(), re.MULTILINE)}
+
+
+def nemo_rl_port_ranges() -> dict[str, tuple[int, int]]:
+    """Every port range NeMo RL v0.5.0 and v0.7.0 use (closed intervals), read from their virtual_cluster.py."""
+    ranges = {"kernel ephemeral (v0.5.0 master port, vLLM's free ports)": EPHEMERAL}
+    v050 = reference("nemo-rl-v0.5.0") / "nemo_rl" / "distributed" / "virtual_cluster.py"
+    # v0.5.0 has no port range of its own: its master port is whatever the kernel gives for port 0.
+    assert 's.bind(("", 0))' in v050.read_text() and not any("PORT" in name for name in _constants(v050))
+    v070 = _constants(reference("nemo-rl-v0.7.0") / "nemo_rl" / "distributed" / "virtual_cluster.py")
+    for name in ("GENERATION", "GYM", "MASTER"):
+        low, high = v070[f"DEFAULT_{name}_PORT_RANGE_LOW"], v070[f"DEFAULT_{name}_PORT_RANGE_HIGH"]
+        ranges[f"v0.7.0 {name.lower()}"] = (low, high)
+    # vLLM's TP/DP rendezvous: LOW + engine * PORTS_PER_ENGINE, up to 8 engines a node (TP=1 on 8 GPUs).
+    low, step = v070["DEFAULT_VLLM_PORT_RANGE_LOW"], v070["DEFAULT_VLLM_PORTS_PER_ENGINE"]
+    ranges["v0.7.0 vLLM rendezvous"] = (low, low + 8 * step)
+    return ranges
+
+
+def test_ray_worker_ports_overlap_no_nemo_rl_or_vllm_range(settings: InfraSettings) -> None:
+    values = build_ray_values(settings, make_refs())
+    groups = [values["head"], worker_group(values)]
+    for group in groups:
+        params = group["rayStartParams"]
+        low, high = int(params["min-worker-port"]), int(params["max-worker-port"])
+        assert (low, high) == (ray_values.MIN_WORKER_PORT, ray_values.MAX_WORKER_PORT)
+        for name, (first, last) in nemo_rl_port_ranges().items():
+            assert high < first or low > last, f"Ray's worker ports {low}-{high} overlap {name} {first}-{last}"
+        fixed = (ray_values.GCS_PORT, ray_values.DASHBOARD_PORT, ray_values.CLIENT_PORT, ray_values.METRICS_PORT)
+        assert not any(low <= port <= high for port in (*fixed, 52365))  # 52365: the dashboard agent
+    # Ray's default (10002-19999) would fail the check above: it is not vacuous.
+    ranges = nemo_rl_port_ranges()
+    assert any(not (first > 19999 or last < 10002) for first, last in ranges.values())
+
+
+def test_ray_containers_drop_raw_sockets_and_device_nodes(settings: InfraSettings) -> None:
+    values = build_ray_values(settings, make_refs())
+    for group in (values["head"], worker_group(values)):
+        dropped = set(group["securityContext"]["capabilities"]["drop"])
+        assert {"NET_RAW", "MKNOD"} <= dropped
+        assert not group["securityContext"]["capabilities"].get("add")

@@ -245,3 +245,32 @@ def test_every_repository_file_the_docs_name_exists():
     assert len(named) > 20, named  # the patterns still match what the README writes
     missing = sorted(name for name in named if "mine" not in name and not (ROOT / name).exists())
     assert missing == []
+
+
+# A kubectl command as the docs print it: in a code block line or a `code span`, `kubectl` and at least two words
+# (`kubectl port-forward` alone names the tool, not a command to run).
+_KUBECTL = re.compile(r"(?:^[ \t]*|`|\$ )(kubectl(?: +[^`\s|]+){2,}[^`\n]*)", re.MULTILINE)
+
+
+def kubectl_commands(text: str) -> list[str]:
+    return [match.group(1) for match in _KUBECTL.finditer(text)]
+
+
+def names_a_namespace(command: str) -> bool:
+    return bool(re.search(r"(?:^| )(?:--namespace[ =]\S+|-n \S+|--all-namespaces|-A)(?: |$)", command))
+
+
+@pytest.mark.parametrize("document", sorted(DOCUMENTS))
+def test_every_kubectl_command_names_the_namespace(document: str):
+    """The stack's kubeconfig sets no namespace: a command without one looks in `default` and shows nothing."""
+    missing = [command for command in kubectl_commands(DOCUMENTS[document]) if not names_a_namespace(command)]
+    assert not missing, f"{document}: kubectl without --namespace: {missing}"
+
+
+def test_the_kubectl_check_finds_commands():
+    text = (
+        "run `kubectl get pods` or\n```sh\nkubectl --namespace nemo-rl logs -f job/x\n```\nsee `kubectl port-forward`"
+    )
+    assert kubectl_commands(text) == ["kubectl get pods", "kubectl --namespace nemo-rl logs -f job/x"]
+    assert [names_a_namespace(c) for c in kubectl_commands(text)] == [False, True]
+    assert kubectl_commands(DOCUMENTS["README.md"])  # the README prints some

@@ -239,19 +239,23 @@ def test_network_policies_fence_every_ray_pod(stack_run):
         for r in run.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
         if r.inputs["metadata"]["name"].startswith(cluster)
     }
-    assert sorted(policies) == [f"{cluster}-head", f"{cluster}-pods"]
+    assert sorted(policies) == [f"{cluster}-{suffix}" for suffix in ("egress", "head", "pods", "submitter-egress")]
     assert {p["metadata"]["namespace"] for p in policies.values()} == {"nemo-rl"}
     pods, head = policies[f"{cluster}-pods"]["spec"], policies[f"{cluster}-head"]["spec"]
     assert pods["podSelector"] == {"matchLabels": {"ray.io/cluster": cluster}}
-    assert pods["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"ray.io/cluster": cluster}}}]}]
+    assert pods["ingress"][0] == {"from": [{"podSelector": {"matchLabels": {"ray.io/cluster": cluster}}}]}
     assert head["podSelector"]["matchLabels"] == {"ray.io/cluster": cluster, "ray.io/node-type": "head"}
-    assert pods["policyTypes"] == head["policyTypes"] == ["Ingress"]
+    assert pods["policyTypes"] == ["Ingress"] and head["policyTypes"] == ["Ingress", "Egress"]
+    assert policies[f"{cluster}-egress"]["spec"]["policyTypes"] == ["Egress"]
     label_key, label_value = next(iter(run.outputs["submitterPodLabel"].items()))
+    assert policies[f"{cluster}-submitter-egress"]["spec"]["podSelector"] == {"matchLabels": {label_key: label_value}}
     submitter_rule = next(
         r for r in head["ingress"] if r["from"] == [{"podSelector": {"matchLabels": {label_key: label_value}}}]
     )
-    assert {p["port"] for p in submitter_rule["ports"]} == {8265, 10001}
-    prometheus_rule = next(r for r in head["ingress"] if "namespaceSelector" in r["from"][0])
+    # Ray Client only where the autoscaler is (tests/test_network_flows.py holds every flow).
+    autoscaling = run.one(RELEASE).inputs["values"]["head"]["enableInTreeAutoscaling"]
+    assert {p["port"] for p in submitter_rule["ports"]} == ({8265, 10001} if autoscaling else {8265})
+    prometheus_rule = next(r for r in pods["ingress"] if "namespaceSelector" in r["from"][0])
     assert prometheus_rule["ports"] == [{"protocol": "TCP", "port": 8080}]
     # No rule admits everyone, and every rule but the cluster's own names its ports.
     assert all(rule.get("from") for spec in (pods, head) for rule in spec["ingress"])

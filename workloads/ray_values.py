@@ -16,7 +16,8 @@ So the Ray containers get no privileged flag and no added capabilities.
 
 Hardening (workloads/pod_security.py says which Pod Security level this leaves): every pod runs under the
 runtime's default seccomp filter and no container may gain privileges (setuid binaries, file capabilities). The Ray
-containers keep the runtime's default capabilities and run as the image's user, root: the worker's start script
+containers drop the capabilities they do not need (RAY_DROPPED_CAPABILITIES: NET_RAW and MKNOD among them) and run
+as the image's user, root: the worker's start script
 registers the node's driver libraries with ldconfig (it writes /etc/ld.so.cache), NeMo RL builds its per-worker
 virtualenvs inside the image and every pod writes the run's files on the shared Lustre volume as root. Nothing here
 needs more: RDMA needs neither IPC_LOCK nor privileged mode (the locked-memory limit the runtime gives containers is
@@ -66,6 +67,15 @@ GCS_PORT = 6379
 DASHBOARD_PORT = 8265  # dashboard and Jobs API
 CLIENT_PORT = 10001
 METRICS_PORT = 8080
+# The ports Ray's worker processes (one a task or actor) listen on, on every Ray pod. Ray's default, 10002-19999
+# (ray/scripts/scripts.py), overlaps NeMo RL v0.7.0's vLLM/SGLang HTTP range 11001-15000 and its NeMo Gym range
+# 15001-20000 (nemo_rl/distributed/virtual_cluster.py), and one bind could take the other's port. NeMo RL's own
+# ray.sub keeps Ray's worker ports at or below 11000 for that reason (FACTS.md); so does this. Nothing of NeMo RL
+# v0.5.0 or v0.7.0 lies in it: v0.7.0's ranges start at 11001 (and its TCPStore range is 25000-28000), v0.5.0 takes
+# its master port from the kernel's ephemeral range (bind to port 0). tests/test_ray_values.py reads both releases.
+MIN_WORKER_PORT = 10002
+MAX_WORKER_PORT = 11000
+WORKER_PORT_PARAMS = {"min-worker-port": str(MIN_WORKER_PORT), "max-worker-port": str(MAX_WORKER_PORT)}
 
 WORKER_GROUP = "gpu-workers"
 
@@ -216,12 +226,28 @@ def _shared_env(refs: RayClusterRefs) -> list[dict[str, Any]]:
     return env
 
 
+# The runtime's default capabilities (containerd's: CHOWN, DAC_OVERRIDE, FSETID, FOWNER, MKNOD, NET_RAW, SETGID,
+# SETUID, SETFCAP, SETPCAP, NET_BIND_SERVICE, SYS_CHROOT, KILL, AUDIT_WRITE) the Ray containers give up: raw sockets
+# and packet capture (NET_RAW), device nodes (MKNOD), chroot, file capabilities, capability bounding, ports below 1024
+# (every Ray, NCCL and vLLM port is above) and audit records. They keep CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL,
+# SETGID and SETUID: they run as root over files not all their own (uv and pip unpack archives with their owners and
+# modes, the run's files on Lustre are shared by every pod and by the submitter, Ray signals the processes it starts).
+RAY_DROPPED_CAPABILITIES = (
+    "NET_RAW",
+    "MKNOD",
+    "SYS_CHROOT",
+    "SETFCAP",
+    "SETPCAP",
+    "NET_BIND_SERVICE",
+    "AUDIT_WRITE",
+)
 # Every pod: the container runtime's default seccomp filter (the pod level covers containers KubeRay adds).
 POD_SECURITY_CONTEXT: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
 # The Ray containers (and the wait-gcs-ready init container, which copies it): see the module docstring for why
 # capabilities and the user stay the image's.
 RAY_CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
     "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": list(RAY_DROPPED_CAPABILITIES)},
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 # Containers that only read files and talk over the network (the log sidecar, the autoscaler): no capability at all.
@@ -229,6 +255,18 @@ LOCKED_DOWN_SECURITY_CONTEXT: dict[str, Any] = {
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
+}
+# The log sidecar, in addition, runs as a user of its own. Fluent Bit's image declares no USER (root by default), but
+# its base, gcr.io/distroless/cc (fluent/fluent-bit dockerfiles/Dockerfile, `production` stage), defines
+# nonroot, 65532:65532, in /etc/passwd. The sidecar only reads: Ray creates its session folders and log files with
+# the default modes (0755, 0644 under the runtime's umask 022: no chmod in ray/_private), which any user may read,
+# and the emptyDir they lie on is world-readable; it writes nothing but to Cloud Logging.
+FLUENT_BIT_USER = 65532
+FLUENT_BIT_SECURITY_CONTEXT: dict[str, Any] = {
+    **LOCKED_DOWN_SECURITY_CONTEXT,
+    "runAsNonRoot": True,
+    "runAsUser": FLUENT_BIT_USER,
+    "runAsGroup": FLUENT_BIT_USER,
 }
 # The autoscaler's Kubernetes credentials, mounted where its client reads them, in that container only.
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -276,7 +314,7 @@ def _log_sidecar(settings: InfraSettings) -> dict[str, Any]:
         ],
         # Exactly what infra.settings.check_fits reserved for it on every node.
         "resources": _fixed_resources(_pod_resources(LOG_SIDECAR)),
-        "securityContext": LOCKED_DOWN_SECURITY_CONTEXT,
+        "securityContext": FLUENT_BIT_SECURITY_CONTEXT,
         "volumeMounts": [
             {"name": VOLUME_LOGS, "mountPath": RAY_TMP_DIR, "readOnly": True},
             {"name": VOLUME_FLUENT_BIT, "mountPath": FLUENT_BIT_CONFIG_DIR, "readOnly": True},
@@ -294,7 +332,7 @@ def _head(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
     return {
         "rayVersion": settings.ray_version,
         "enableInTreeAutoscaling": settings.gpu_autoscaling,
-        "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
+        "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0", **WORKER_PORT_PARAMS},
         "labels": {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": "ray-head"},
         "serviceAccountName": refs.service_account,
         "podSecurityContext": POD_SECURITY_CONTEXT,
@@ -368,6 +406,7 @@ def _gpu_workers(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any
         "labels": {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": "ray-worker"},
         # The extra gVNIC and the RDMA NICs, attached by GKE multi-networking.
         "annotations": pod_network_annotations(extra_nics(preset.rdma_nics)),
+        "rayStartParams": dict(WORKER_PORT_PARAMS),
         "serviceAccountName": refs.worker_service_account or refs.service_account,
         "podSecurityContext": POD_SECURITY_CONTEXT,
         "securityContext": RAY_CONTAINER_SECURITY_CONTEXT,

@@ -187,8 +187,10 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
             namespace=namespace,
             ray_cluster=refs.cluster_name,
             dashboard_port=DASHBOARD_PORT,
-            client_port=CLIENT_PORT,
+            # Ray Client only where the submitter uses it: to ask the autoscaler for GPU workers.
+            client_port=CLIENT_PORT if settings.gpu_autoscaling else None,
             metrics_port=METRICS_PORT,
+            api_server_cidrs=(settings.ranges.cluster_subnet,),
         ),
         opts=provider,
     )
