@@ -75,6 +75,8 @@ STEPS = 4
 # GKE network objects, and the Job last. Kinds not listed come after the listed ones, by name.
 KIND_ORDER = (
     "Namespace",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
     "NetworkPolicy",
     "ServiceAccount",
     "Role",

@@ -130,6 +130,12 @@ DURATIONS: Mapping[str, Duration] = {
         0.1, "estimate: seconds, binding to the pre-created volume (Kubernetes object)"
     ),
     "kubernetes:networking.k8s.io/v1:NetworkPolicy": Duration(0.05, "estimate: seconds (Kubernetes object)"),
+    "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy": Duration(
+        0.05, "estimate: seconds (Kubernetes object)"
+    ),
+    "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding": Duration(
+        0.05, "estimate: seconds (Kubernetes object)"
+    ),
     "kubernetes:networking.gke.io/v1:GKENetworkParamSet": Duration(0.05, "estimate: seconds (Kubernetes object)"),
     "kubernetes:networking.gke.io/v1:Network": Duration(0.05, "estimate: seconds (Kubernetes object)"),
     "kubernetes:batch/v1:Job": Duration(

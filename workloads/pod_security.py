@@ -13,7 +13,8 @@ the standards' rules on the pods the real chart renders, and on the submitter Jo
 So `enforce` can be no stricter than privileged. `audit` and `warn` are baseline: any pod that goes beyond Baseline is
 recorded in the API server's audit log and warned about to whoever creates it, so the workers' hostPath volumes are
 the one known, reviewed exception and anything new shows. The version is pinned to the cluster's minor, so an upgrade
-does not change the rules under a running cluster.
+does not change the rules under a running cluster. Inside `privileged`, workloads/admission_policy.py is the finer
+fence: no privilege, host namespace or port, and hostPath only the workers' two directories, read-only.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import pulumi_kubernetes as k8s
 from infra.cluster import CPU_POOL_NAME
 from infra.settings import InfraSettings, Secrets
 from infra.stack import Infra
+from workloads.admission_policy import PodAdmission, PodAdmissionArgs
 from workloads.identity import RayIdentity, RayIdentityArgs
 from workloads.image_prepull import ImagePrepull, ImagePrepullArgs
 from workloads.nccl_installer import NcclInstaller
@@ -46,6 +47,7 @@ class Workloads:
     identity: RayIdentity
     ray: RayCluster
     policies: RayPolicies
+    admission: PodAdmission
     auth: RayAuthToken | None
     prepull: ImagePrepull
     tensorboard: TensorBoard | None = None
@@ -152,6 +154,14 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
         opts=provider,
     )
 
+    # What pods of the namespace may claim (host access, the NetworkPolicies' labels): in place before the first
+    # Ray pod, so none is created past it.
+    admission = PodAdmission(
+        "pod-admission",
+        PodAdmissionArgs(prefix=prefix, namespace=settings.namespace),
+        opts=provider,
+    )
+
     # Ray's token authentication where the image's Ray has it; the NetworkPolicies fence Ray either way.
     refs = ray_cluster_refs(settings, tokens.keys)
     auth = None
@@ -177,6 +187,7 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
                 identity.worker_service_account,
                 identity.binding,
                 identity.worker_binding,
+                *admission.bindings,
             ],
         ),
         opts=provider,
@@ -215,6 +226,7 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
         identity=identity,
         ray=ray,
         policies=policies,
+        admission=admission,
         auth=auth,
         prepull=prepull,
         tensorboard=tensorboard,
