@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import ROOT
+from netpol import selects
 from pod_security_rules import LEVELS, strictest_level, violations
 from upstream import reference
 
@@ -68,24 +69,6 @@ class Cluster:
 def cluster(request: pytest.FixtureRequest) -> Cluster:
     stack, overrides = CASES[request.param]
     return Cluster(stack, overrides)
-
-
-def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
-    """A Kubernetes label selector (matchLabels and matchExpressions) against a pod's labels."""
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expression in selector.get("matchExpressions") or []:
-        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
-        ok = {
-            "In": key in labels and labels[key] in values,
-            "NotIn": key not in labels or labels[key] not in values,
-            "Exists": key in labels,
-            "DoesNotExist": key not in labels,
-        }[operator]
-        if not ok:
-            return False
-    return True
 
 
 def admitted(policies: list[dict[str, Any]], target: dict[str, str], source: dict[str, str], port: int) -> bool:
