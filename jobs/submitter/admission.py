@@ -39,15 +39,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from submitter.output import Output, short
-from submitter.ray_api import jobs_api
+from submitter.ray_api import is_job_of, live_submission_ids
 from submitter.records import pod_name, utc_now
 from submitter.run_lock import RunLock
 
 ADMISSION_DIR = ".run-admission"  # under the Lustre mount, shared by every run of the cluster
 MUTEX_NAME = "admission.lock"
 DEFAULT_TTL_S = 60.0
-RAY_REQUEST_TIMEOUT_S = 10.0
-LIVE_STATUSES = ("PENDING", "RUNNING")
 # How often a queued run says again why it waits, when nothing changed.
 REMIND_S = 300.0
 
@@ -77,8 +75,8 @@ class Entry:
         }
 
     def owns(self, submission_id: str) -> bool:
-        """A job of this run: one of its steps' ids, a retry (-rK) or a rerun (-rerunN) of one."""
-        return any(submission_id == sid or submission_id.startswith(f"{sid}-r") for sid in self.submission_ids)
+        """A job of this run: a job of one of its steps (ray_api.is_job_of)."""
+        return any(is_job_of(submission_id, sid) for sid in self.submission_ids)
 
 
 def entry_path(directory: str, run: str) -> str:
@@ -131,10 +129,9 @@ def write_entry(directory: str, entry: Entry) -> None:
 def live_ray_jobs(address: str) -> list[str] | None:
     """Submission ids Ray lists as PENDING or RUNNING; None when the Jobs API cannot be asked."""
     try:
-        jobs = jobs_api(address, "GET", "/api/jobs/", RAY_REQUEST_TIMEOUT_S)
+        return live_submission_ids(address)
     except Exception:
         return None
-    return [str(job.get("submission_id")) for job in jobs or [] if str(job.get("status")) in LIVE_STATUSES]
 
 
 def counted(entries: list[Entry], ttl_s: float, live_jobs: Iterable[str] | None) -> tuple[list[Entry], list[Entry]]:

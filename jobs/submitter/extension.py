@@ -18,9 +18,8 @@ import time
 from collections.abc import Callable
 
 from submitter.output import Output
-from submitter.ray_api import jobs_api
+from submitter.ray_api import is_job_of, live_submission_ids
 
-LIVE_STATUSES = ("PENDING", "RUNNING")
 POLL_S = 5.0
 
 
@@ -77,9 +76,7 @@ def extension_id(submission_id: str, value: int) -> str:
 
 def live_jobs_of(address: str, submission_id: str) -> list[str]:
     """The step's jobs (its id, retries, extensions) Ray lists as PENDING or RUNNING."""
-    jobs = jobs_api(address, "GET", "/api/jobs/", 10.0) or []
-    ids = [str(job.get("submission_id") or "") for job in jobs if str(job.get("status")) in LIVE_STATUSES]
-    return [i for i in ids if i == submission_id or i.startswith((f"{submission_id}-r", f"{submission_id}-steps"))]
+    return [job for job in live_submission_ids(address) if is_job_of(job, submission_id)]
 
 
 def wait_until_none_live(

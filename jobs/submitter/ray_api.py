@@ -106,6 +106,23 @@ def jobs_api(address: str, method: str, path: str, timeout_s: float) -> Any:
         raise
 
 
+# Job statuses of a job that has not ended (Ray's JobStatus values).
+LIVE_STATUSES = ("PENDING", "RUNNING")
+LIST_TIMEOUT_S = 10.0
+
+
+def live_submission_ids(address: str) -> list[str]:
+    """Submission ids of the jobs Ray lists as PENDING or RUNNING (one GET /api/jobs/); raises when it cannot ask."""
+    jobs = jobs_api(address, "GET", "/api/jobs/", LIST_TIMEOUT_S) or []
+    return [str(job.get("submission_id") or "") for job in jobs if str(job.get("status")) in LIVE_STATUSES]
+
+
+def is_job_of(job_id: str, submission_id: str) -> bool:
+    """A job of the step with this submission id: the id itself, a retry (-rK), a rerun (-rerunN) or an extension
+    (-stepsN), and their retries."""
+    return job_id == submission_id or job_id.startswith((f"{submission_id}-r", f"{submission_id}-steps"))
+
+
 def probe_version(address: str) -> str:
     """One GET /api/version; the head's session name. Raises OSError (or RuntimeError for a non-Ray answer) unless
     the Jobs API answers."""

@@ -40,6 +40,7 @@ def entry(run: str, nodes: int = 1, queued_at: str = "2026-12-02T00:00:00Z", **k
 def test_a_runs_jobs_are_its_steps_their_retries_and_reruns_and_no_other_runs() -> None:
     exp = entry("exp")
     assert exp.owns("exp-train") and exp.owns("exp-train-r2") and exp.owns("exp-eval-final-rerun1-r1")
+    assert exp.owns("exp-train-steps20") and exp.owns("exp-train-steps20-r1")  # an extended run's attempts
     assert not exp.owns("exp-2-train") and not exp.owns("exp-trainer") and not exp.owns("other-train")
 
 
