@@ -38,8 +38,16 @@ SPREAD_MODULES = (
     "tests/jobs/test_runtime_env_on_ray.py",
     "tests/jobs/test_extension.py",
 )
-# Modules run as one unit with another, for a session fixture they share: the v0.7.0 Ray head (tests/ray_v0_7_0.py).
-RUN_WITH = {"tests/jobs/test_ray_token_auth.py": "tests/jobs/test_ray_2_55_1.py"}
+# Modules run as one unit with another: for a session fixture they share (the v0.7.0 Ray head, tests/ray_v0_7_0.py),
+# or so that they never run at once.
+RUN_WITH = {
+    "tests/jobs/test_ray_token_auth.py": "tests/jobs/test_ray_2_55_1.py",
+    # Both set the autoscaler's request through Ray Client, on two heads. Ray Client's per-connection servers take
+    # ports from one fixed range (23000-24000, ray/util/client/server/proxier.py) that two heads' proxiers choose
+    # from without coordination: run at once, the admission test's request (3 bundles) once landed on the shared
+    # head and failed the wait test. One after the other, they never share that range.
+    "tests/jobs/test_admission.py": "tests/jobs/test_wait_for_workers.py",
+}
 # The modules that take longest (mostly waiting on real Ray heads; pytest --durations), longest first, handed out
 # before the rest so that no worker starts one of them near the end; every other module keeps its collection order
 # after them. The worker wait leads: over a minute of one worker's time is spent waiting out its deadlines, which the
