@@ -13,7 +13,7 @@ from typing import Any
 
 import pulumi
 
-from infra import day2, gke_rules
+from infra import day2, gke_rules, zones
 from infra.nemo_rl_releases import DEFAULT_IMAGE, NEMO_RL_RELEASES, NemoRlRelease, release_for
 from infra.presets import CPU_MACHINES, GPU_PRESETS, CpuMachine, GpuPreset
 from infra.sizing import allocatable_cpu, allocatable_memory_bytes, cpu_cores, memory_bytes
@@ -131,6 +131,8 @@ class InfraSettings:
     # A disk image holding the NeMo RL image (projects/P/global/images/NAME), given to GPU nodes as a secondary boot
     # disk in CONTAINER_IMAGE_CACHE mode; "" for none.
     image_cache_disk: str = ""
+    # What infra/zone_table.json cannot say about the zone (a region it has not read): warned, not refused.
+    zone_notes: tuple[str, ...] = ()
 
     @property
     def export_bucket_name(self) -> str:
@@ -395,6 +397,9 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
     if gpu_type not in GPU_PRESETS:
         raise ConfigError("gpuType", gpu_type, f"one of {sorted(GPU_PRESETS)}")
     preset = GPU_PRESETS[gpu_type]
+    zone_verdict = zones.check_zone(zone, preset.machine_type)
+    if zone_verdict.refusal:
+        raise ConfigError("zone", zone, zone_verdict.refusal)
 
     provisioning = str(values.get("gpuProvisioning", "reservation"))
     if provisioning not in GPU_PROVISIONING_MODES:
@@ -540,6 +545,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         gpu_node_hourly_price=_gpu_node_hourly_price(values.get("gpuNodeHourlyPrice", "")),
         tensorboard=_as_bool("tensorboard", values.get("tensorboard", True)),
         image_cache_disk=image_cache_disk,
+        zone_notes=zone_verdict.notes,
     )
 
 
@@ -811,4 +817,7 @@ def load() -> tuple[InfraSettings, Secrets]:
             None,
             "required: your Hugging Face token, stored encrypted: pulumi config set --secret hfToken hf_...",
         )
-    return build_settings(values), Secrets(hf_token=hf_token, wandb_api_key=config.get_secret("wandbApiKey"))
+    settings = build_settings(values)
+    for note in settings.zone_notes:
+        pulumi.log.warn(note)
+    return settings, Secrets(hf_token=hf_token, wandb_api_key=config.get_secret("wandbApiKey"))
