@@ -288,8 +288,8 @@ def test_summary(capsys: pytest.CaptureFixture[str], tmp_path: Path):
     assert "GKE cluster, 2 node pools, Lustre instance, bucket, 2 service accounts, 9 IAM grants" in text
     policies = sum(1 for r in resources if r.type == "kubernetes:networking.k8s.io/v1:NetworkPolicy")
     assert policies >= 5
-    assert f"Kubernetes ({cluster}): Helm release ray-cluster, Namespace, 2 ValidatingAdmissionPolicy," in text
-    assert f"2 ValidatingAdmissionPolicyBinding, {policies} NetworkPolicy," in text
+    assert f"Kubernetes ({cluster}): Helm release ray-cluster, Namespace, 3 ValidatingAdmissionPolicy," in text
+    assert f"3 ValidatingAdmissionPolicyBinding, {policies} NetworkPolicy," in text
     assert "9 GKENetworkParamSet, 9 Network, Service, Deployment, 2 DaemonSet, Job" in text
     assert (
         "Run: preflight-nccl, preflight-lustre, prepare-data, prefetch-weights, eval-base, train (up to 3 retries), "

@@ -4,11 +4,14 @@ process: helm-python-sdk), turned into the Pods KubeRay creates from it. `make p
 
 What KubeRay adds to each pod template, modelled from ray-operator/controllers/ray/common/pod.go at v1.5.1 (the
 version GKE's RayOperator add-on runs, and the chart's): the pod labels (labelPod: a template cannot override
-ray.io/cluster, ray.io/node-type or ray.io/group), the RayCluster's namespace, the overwrite-container-cmd annotation,
-and the containers it injects: the autoscaler beside the head (BuildAutoscalerContainer, then autoscalerOptions
-merged in) and the wait-gcs-ready init container of each worker, which copies the worker's Ray container image, env,
-volume mounts and securityContext. Only what bears on security and selection is modelled: not the generated
-`ray start` environment, nor the exec probes KubeRay adds to the Ray container.
+ray.io/cluster, ray.io/node-type or ray.io/group), the RayCluster's namespace, its controller reference to the
+RayCluster (raycluster_controller.go buildHeadPod/buildWorkerPod: controller-runtime's SetControllerReference, with
+controller and blockOwnerDeletion true; the uid is the live RayCluster's, a stand-in here), the
+overwrite-container-cmd annotation, and the containers it injects: the autoscaler beside the head
+(BuildAutoscalerContainer, then autoscalerOptions merged in) and the wait-gcs-ready init container of each worker,
+which copies the worker's Ray container image, env, volume mounts and securityContext. Only what bears on security
+and selection is modelled: not the generated `ray start` environment, nor the exec probes KubeRay adds to the Ray
+container.
 
 The chart is read from ../shared/reference (next to the repository), as the tests do; without it, or without
 helm-python-sdk (a test dependency), there is nothing to render and `chart_problem` says why.
@@ -33,6 +36,8 @@ OVERWRITE_CONTAINER_CMD = "ray.io/overwrite-container-cmd"
 RAY_LOGS_VOLUME = "ray-logs"  # KubeRay's name for the shared /tmp/ray volume (ours has the same name)
 RAY_LOGS_PATH = "/tmp/ray"
 KUBERAY_SHELL = ["/bin/bash", "-c", "--"]  # utils.GetContainerCommand
+RAYCLUSTER_API_VERSION = "ray.io/v1"
+RAYCLUSTER_UID_STAND_IN = "00000000-0000-0000-0000-000000000000"  # the RayCluster's uid, known once it exists
 
 
 def chart_problem(chart_dir: Path = CHART_DIR) -> str | None:
@@ -78,6 +83,18 @@ def kuberay_labels(template_labels: dict[str, str], cluster: str, node_type: str
         if key not in (CLUSTER_LABEL, NODE_TYPE_LABEL, GROUP_LABEL):
             labels[key] = value
     return labels
+
+
+def controller_reference(cluster: str) -> dict[str, Any]:
+    """What SetControllerReference writes on a pod the RayCluster `cluster` owns."""
+    return {
+        "apiVersion": RAYCLUSTER_API_VERSION,
+        "kind": "RayCluster",
+        "name": cluster,
+        "uid": RAYCLUSTER_UID_STAND_IN,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def _autoscaler(ray_container: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
@@ -136,6 +153,7 @@ def _pod(cluster: dict[str, Any], template: dict[str, Any], name: str, node_type
         "name": name,
         "namespace": meta["namespace"],
         "labels": kuberay_labels(template.get("metadata", {}).get("labels") or {}, meta["name"], node_type, group),
+        "ownerReferences": [controller_reference(meta["name"])],
     }
     if annotations:
         pod_meta["annotations"] = annotations

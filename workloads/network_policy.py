@@ -27,14 +27,18 @@ Egress
 - the submitter pods: kube-dns, the head's 8265 (and 10001 where Ray Client is used), the API server as above.
   Nothing else: no internet, no other pod.
 
-Not fenced by these policies (docs/security.md): traffic from the pod's own node and from hostNetwork pods (always
-admitted); the extra gVNIC and RDMA NICs (NetworkPolicy applies to the pod's default network only); `kubectl
-port-forward` (the kubelet connects inside the pod's network namespace). Probes are exec probes.
+Not fenced by these policies (docs/security.md's threat table): traffic from the pod's own node, which includes every
+hostNetwork pod on that node (always admitted; workloads/admission_policy.py refuses hostNetwork in the Ray namespace
+only); the extra gVNIC and RDMA NICs (NetworkPolicy applies to the pod's default network only: Ray's gRPC servers and
+torch's TCPStore listen on 0.0.0.0, so on those NICs too; the cluster-wide admission policy keeps every pod but this
+RayCluster's off those networks); `kubectl port-forward` (the kubelet connects inside the pod's network namespace).
+Probes are exec probes.
 
 Selectors match the labels KubeRay puts on the pods it creates (ray.io/cluster, ray.io/node-type: a template cannot
 override them), held against the real chart's render in tests/test_ray_pods.py. A label is a claim, not an
-identity: any pod whose creator copies `ray.io/cluster=<name>` or the submitter label passes. So the fence is only as
-tight as who may create pods in the namespace (docs/security.md's threat table).
+identity; the admission policies decide who may make it: `ray.io/cluster=<name>` only on a pod with KubeRay's
+controller reference to that RayCluster, created by a user who may update it; the submitter label only on pods the
+Job controller creates, so anyone who may create Jobs in the namespace can still claim it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@ container and every Ray client through secretKeyRef. The token is a Pulumi secre
 appears in a manifest, Helm value, output or log: pods name the Secret, not the value.
 
 With the image's Ray older than 2.52 (NeMo RL v0.5.0 ships 2.49.2) Ray has no authentication: nothing is made here,
-and the NetworkPolicies (workloads/network_policy.py) are the only fence around the Ray pods.
+and the NetworkPolicies (workloads/network_policy.py) and the admission policies that hold their labels
+(workloads/admission_policy.py) are the only fence around the Ray pods. With it, the token guards Ray's own servers
+only, not torch's TCPStore, NCCL's bootstrap, vLLM's ports or the metrics port (docs/security.md's threat table).
 
 KubeRay 1.5.1 has `spec.authOptions`, but the ray-cluster chart does not expose it and GKE's RayOperator add-on decides
 the operator's version; so the variables are set on the containers themselves, which works with any operator. Then the

@@ -416,6 +416,8 @@ def _gpu_workers(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any
             {**_pod_resources(settings.ray_worker), GPU_RESOURCE: preset.gpus_per_node},
         ),
         "nodeSelector": {ACCELERATOR_LABEL: preset.gpu_type},
+        # GKE's GPU taint only: not the tutorial's impending-node-termination or user-workload tolerations, nor its
+        # unmounted ray-tmp volume (docs/design.md#left-out says why).
         "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
         "volumes": [
             {"name": VOLUME_LOGS, "emptyDir": {}},

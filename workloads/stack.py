@@ -154,16 +154,21 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
         opts=provider,
     )
 
-    # What pods of the namespace may claim (host access, the NetworkPolicies' labels): in place before the first
+    refs = ray_cluster_refs(settings, tokens.keys)
+    # What pods may claim (host access, the NetworkPolicies' labels, the GPU networks): in place before the first
     # Ray pod, so none is created past it.
     admission = PodAdmission(
         "pod-admission",
-        PodAdmissionArgs(prefix=prefix, namespace=settings.namespace),
+        PodAdmissionArgs(
+            prefix=prefix,
+            namespace=settings.namespace,
+            ray_cluster=refs.cluster_name,
+            networks=tuple(nic.network for nic in nics),
+        ),
         opts=provider,
     )
 
     # Ray's token authentication where the image's Ray has it; the NetworkPolicies fence Ray either way.
-    refs = ray_cluster_refs(settings, tokens.keys)
     auth = None
     if refs.auth_secret:
         auth = RayAuthToken(

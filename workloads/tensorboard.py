@@ -5,6 +5,12 @@ governs, so none needs to be allowed. Pure spec builders, then one component.
 
 The image is the pinned NeMo RL image (TensorBoard is one of NeMo RL's core dependencies at v0.5.0 and v0.7.0, on
 PATH in its venv): the CPU node already holds it for the Ray head, and nothing else is pulled or installed.
+
+It runs as that image's user, root, because no other user can run it: the venv's interpreter is uv's Python, which
+the image's build installs as root under root's home, and the venv's packages are symlinks into root's uv cache
+(docker/Dockerfile of v0.5.0 and v0.7.0, held by tests/test_tensorboard_user.py); Ubuntu images keep /root at mode
+0700 (not checked on the NeMo RL image itself). Instead it gets no capability at all, so root cannot pass file modes
+(no DAC_OVERRIDE), no privilege escalation, a read-only root file system and the claim mounted read-only.
 """
 
 from __future__ import annotations
