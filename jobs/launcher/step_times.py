@@ -339,7 +339,8 @@ def find(recipe: str, async_grpo: bool, gpu_type: str, release: str = "") -> Ste
     """The row for the recipe, mode and GPU type: the image's release's first, else the newest release's."""
     rows = [r for r in STEP_TIMES if r.recipe == recipe and r.async_grpo == async_grpo and gpu_type in r.gpu_types]
     own = [r for r in rows if r.release == release]
-    return (own or sorted(rows, key=lambda r: r.release, reverse=True) or [None])[0]
+    ranked = own or sorted(rows, key=lambda r: r.release, reverse=True)
+    return ranked[0] if ranked else None
 
 
 def scale(row: StepTime, samples_per_step: int, training_gpus: int) -> float:

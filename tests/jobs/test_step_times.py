@@ -38,12 +38,12 @@ def test_every_row_says_what_it_counts_where_it_comes_from_and_when():
     assert sample is not None and (sample.seconds, sample.samples_per_step, sample.nodes) == (942.51, 1024, 3)
     assert "kubernetes-engine-samples" in sample.source and "731.16 s policy training" in sample.counts
     # NVIDIA's DGX-H100 rows carried to H200, each with its recipe's shape; the Llama 3.1 8B trio the benchmark runs.
-    for row in PUBLISHED:
-        found = step_times.find(row.path, row.async_grpo, H200, row.release)
-        assert (found is not None) == (row.system == step_times.DGX_H100), row
+    for figure in PUBLISHED:
+        found = step_times.find(figure.path, figure.async_grpo, H200, figure.release)
+        assert (found is not None) == (figure.system == step_times.DGX_H100), figure
         if found is not None:
-            assert found.seconds == row.seconds_per_step and found.release == row.release
-            assert found.nodes * 8 == row.gpus and "DGX-H100" in found.measured_on
+            assert found.seconds == figure.seconds_per_step and found.release == figure.release
+            assert found.nodes * 8 == figure.gpus and "DGX-H100" in found.measured_on
     expected = {step_times.LLAMA_8B_SYNC_RECIPE: (False, 92.8), step_times.LLAMA_8B_ASYNC_RECIPE: (True, 64.8),
                 step_times.LLAMA_8B_FP8_ASYNC_RECIPE: (True, 53.0)}  # fmt: skip
     for recipe, (mode, seconds) in expected.items():
