@@ -406,6 +406,8 @@ def check_with_nemo_rl(
         if resolved is None:
             raise PlanError(f"NeMo RL {tag}'s loader refused step {step['step']}'s config ({recipe}): {refusal}")
         problems = stack_check.override_key_problems(resolved, tail, recipe, tag)
+        backend = stack_check.backend_problem(resolved, ours, recipe, tag)
+        problems += [backend] if backend else []
         if problems:
             raise PlanError("\nplan: ".join(problems))
         if tail:
