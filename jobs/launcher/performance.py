@@ -30,7 +30,7 @@ BOTH = ("v0.5.0", "v0.7.0")
 # policy.model_name as each recipe resolves (a hub id, or NVIDIA's placeholder for a checkpoint converted first).
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 QWEN3_32B = "Qwen/Qwen3-32B"
-QWEN3_30B_A3B = "Qwen/Qwen3-30B-A3B"
+QWEN3_30B = "Qwen/Qwen3-30B-A3B"
 QWEN3_235B = "Qwen/Qwen3-235B-A22B"
 DSV3_BF16 = "unsloth/DeepSeek-V3-0324-BF16"
 NEMOTRON3 = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16"
@@ -55,6 +55,7 @@ class PerformanceRecipe:
     samples: tuple[int, int]  # grpo.num_prompts_per_step, grpo.num_generations_per_prompt
     model: str  # policy.model_name
     dataset: str = OPEN_MATH
+    checkpointing: bool = True  # checkpointing.enabled
     backend: str = MEGATRON
 
     @property
@@ -110,9 +111,10 @@ def _recipe(
     samples: tuple[int, int],
     model: str,
     dataset: str = OPEN_MATH,
+    ckpt: bool = True,
 ) -> PerformanceRecipe:
     return PerformanceRecipe(
-        name, releases, nodes, gpus_per_node, generation_nodes, parallel, age, fp8, samples, model, dataset
+        name, releases, nodes, gpus_per_node, generation_nodes, parallel, age, fp8, samples, model, dataset, ckpt
     )
 
 
@@ -146,18 +148,18 @@ PERFORMANCE_RECIPES: tuple[PerformanceRecipe, ...] = (
     _recipe("grpo-qwen3-235b-32n4g-async-1off", BOTH, 32, 4, 16, (4, 4, 1), 1, False, (16, 32), QWEN3_235B),
     _recipe("grpo-qwen3-235b-32n8g", V070, 32, 8, 0, (2, 8, 2), 0, False, (16, 32), QWEN3_235B),
     _recipe("grpo-qwen3-235b-32n8g-async-1off", BOTH, 32, 8, 16, (4, 8, 1), 1, False, (16, 32), QWEN3_235B),
-    _recipe("grpo-qwen3-30ba3b-24n8g-async-8off", BOTH, 24, 8, 8, (1, 1, 1), 8, False, (64, 32), QWEN3_30B_A3B),
-    _recipe("grpo-qwen3-30ba3b-4n4g", BOTH, 4, 4, 0, (1, 1, 1), 0, False, (64, 32), QWEN3_30B_A3B),
-    _recipe("grpo-qwen3-30ba3b-4n4g-async-1off", V070, 4, 4, 2, (1, 1, 1), 1, False, (64, 32), QWEN3_30B_A3B),
-    _recipe("grpo-qwen3-30ba3b-4n8g", BOTH, 4, 8, 0, (1, 1, 1), 0, False, (64, 32), QWEN3_30B_A3B),
-    _recipe("grpo-qwen3-30ba3b-4n8g-40K", V070, 4, 8, 0, (4, 1, 8), 0, False, (64, 32), QWEN3_30B_A3B),
-    _recipe("grpo-qwen3-30ba3b-4n8g-async-1off", BOTH, 4, 8, 2, (1, 2, 1), 1, False, (64, 32), QWEN3_30B_A3B),
-    _recipe("grpo-qwen3-30ba3b-8n4g-async-1off", V050, 8, 4, 4, (1, 1, 1), 1, False, (64, 32), QWEN3_30B_A3B),
-    _recipe("grpo-qwen3-32b-4n4g", V050, 4, 4, 0, (2, 1, 1), 0, False, (64, 32), QWEN3_32B),
-    _recipe("grpo-qwen3-32b-4n4g", V070, 4, 4, 0, (2, 4, 1), 0, False, (64, 32), QWEN3_32B),
-    _recipe("grpo-qwen3-32b-4n8g", BOTH, 4, 8, 0, (4, 4, 1), 0, False, (64, 32), QWEN3_32B),
-    _recipe("grpo-qwen3-32b-8n4g-async-1off", BOTH, 8, 4, 4, (2, 1, 1), 1, False, (64, 32), QWEN3_32B),
-    _recipe("grpo-qwen3-32b-8n8g-async-1off", BOTH, 8, 8, 4, (4, 4, 1), 1, False, (64, 32), QWEN3_32B),
+    _recipe("grpo-qwen3-30ba3b-24n8g-async-8off", BOTH, 24, 8, 8, (1, 1, 1), 8, False, (64, 32), QWEN3_30B, ckpt=False),
+    _recipe("grpo-qwen3-30ba3b-4n4g", BOTH, 4, 4, 0, (1, 1, 1), 0, False, (64, 32), QWEN3_30B, ckpt=False),
+    _recipe("grpo-qwen3-30ba3b-4n4g-async-1off", V070, 4, 4, 2, (1, 1, 1), 1, False, (64, 32), QWEN3_30B, ckpt=False),
+    _recipe("grpo-qwen3-30ba3b-4n8g", BOTH, 4, 8, 0, (1, 1, 1), 0, False, (64, 32), QWEN3_30B, ckpt=False),
+    _recipe("grpo-qwen3-30ba3b-4n8g-40K", V070, 4, 8, 0, (4, 1, 8), 0, False, (64, 32), QWEN3_30B, ckpt=False),
+    _recipe("grpo-qwen3-30ba3b-4n8g-async-1off", BOTH, 4, 8, 2, (1, 2, 1), 1, False, (64, 32), QWEN3_30B, ckpt=False),
+    _recipe("grpo-qwen3-30ba3b-8n4g-async-1off", V050, 8, 4, 4, (1, 1, 1), 1, False, (64, 32), QWEN3_30B, ckpt=False),
+    _recipe("grpo-qwen3-32b-4n4g", V050, 4, 4, 0, (2, 1, 1), 0, False, (64, 32), QWEN3_32B, ckpt=False),
+    _recipe("grpo-qwen3-32b-4n4g", V070, 4, 4, 0, (2, 4, 1), 0, False, (64, 32), QWEN3_32B, ckpt=False),
+    _recipe("grpo-qwen3-32b-4n8g", BOTH, 4, 8, 0, (4, 4, 1), 0, False, (64, 32), QWEN3_32B, ckpt=False),
+    _recipe("grpo-qwen3-32b-8n4g-async-1off", BOTH, 8, 4, 4, (2, 1, 1), 1, False, (64, 32), QWEN3_32B, ckpt=False),
+    _recipe("grpo-qwen3-32b-8n8g-async-1off", BOTH, 8, 8, 4, (4, 4, 1), 1, False, (64, 32), QWEN3_32B, ckpt=False),
 )  # fmt: skip
 
 

@@ -320,6 +320,18 @@ def model_notes(job: JobSettings) -> list[str]:
     ]
 
 
+def recipe_notes(job: JobSettings, infra: InfraOutputs) -> list[str]:
+    """What the plan says about a performance recipe run as a training run: those that save no checkpoints
+    (checkpointing.enabled false, NVIDIA's Qwen3 ones) leave a retried train attempt nothing to resume from."""
+    shape = None if job.benchmark else performance.find_by_path(infra.nemo_rl_release.tag, job.recipe)
+    if shape is None or shape.checkpointing or _override_value(job, "checkpointing.enabled") is not None:
+        return []
+    return [
+        f"recipe {job.recipe}: it saves no checkpoints (checkpointing.enabled false), so a retried train attempt "
+        "(maxRestarts) starts again from step 1: add extraOverrides checkpointing.enabled=true to resume instead"
+    ]
+
+
 def async_grpo_overrides(max_trajectory_age_steps: int) -> list[str]:
     """What NeMo RL's async path needs (examples/run_grpo*.py, algorithms/grpo.py async_grpo_train at v0.5.0 and
     v0.7.0): async GRPO itself, the importance-sampling correction it asserts, vLLM's async engine it asserts, and

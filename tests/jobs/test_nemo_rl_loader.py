@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import upstream
 from conftest import ROOT, shared_infra_run
-from launcher.pipeline import entrypoint_text, pipeline_steps
+from launcher.pipeline import entrypoint_text, pipeline_steps, recipe_notes
 from launcher.settings import (
     FLAT_DATA,
     ConfigError,
@@ -255,6 +255,12 @@ def test_megatron_recipe_settings_that_would_be_ignored_or_cannot_train_are_refu
     with pytest.raises(ConfigError, match="converts DTensor checkpoints only") as error:
         build_job_settings(stack_values("h200", **{**run, "convertToHf": True, "evalFinal": True}), net)
     assert error.value.key == "convertToHf"
+    # NVIDIA's Qwen3 recipes save no checkpoints: the plan says a retry would start again, and how to resume.
+    job = build_job_settings(stack_values("h200", **run), net)
+    (note,) = recipe_notes(job, net)
+    assert "checkpointing.enabled false" in note and "checkpointing.enabled=true" in note
+    on = build_job_settings(stack_values("h200", **run, extraOverrides=["checkpointing.enabled=true"]), net)
+    assert recipe_notes(on, net) == [] and resolve(on, net)["checkpointing"]["enabled"] is True
     # Any other recipe is DTensor's, as before.
     job = build_job_settings(stack_values("h200"), infra[RELEASES[0]]["h200"])
     assert (job.training_backend, job.training_parallel) == ("dtensor", (8, 1, 1))

@@ -47,6 +47,7 @@ def row_of(config: dict[str, Any], name: str, release: str) -> performance.Perfo
         samples=(grpo["num_prompts_per_step"], grpo["num_generations_per_prompt"]),
         model=policy["model_name"],
         dataset=dataset,
+        checkpointing=config["checkpointing"]["enabled"],
     )
 
 
