@@ -102,8 +102,8 @@ BENCHMARK_IGNORES: dict[str, Any] = {
     "dtensorTensorParallelSize": 8, "asyncGrpo": False, "maxTrajectoryAgeSteps": 1, "extraOverrides": [],
     "secondsPerStep": "", "model": "", "dataset": None,
 }  # fmt: skip
-# What a job setting recipe may be: a performance recipe trains with Megatron; any other is taken to train with
-# DTensor (policy.dtensor_cfg), as every other shipped recipe does.
+# The sizes a Megatron recipe (NeMo RL's performance recipes; launcher/performance.py) trains with, tensor, pipeline
+# and context parallel, which extraOverrides may change; every other recipe is taken to train with DTensor.
 MEGATRON_PARALLEL_KEYS = (
     "policy.megatron_cfg.tensor_model_parallel_size",
     "policy.megatron_cfg.pipeline_model_parallel_size",
@@ -475,7 +475,7 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
     # recipes run CP = PP = 1) and asserts that they divide it.
     tp, pp, cp = parallel
     data_parallel = training_gpus // (tp * pp * cp)
-    if (prompts * generations) % data_parallel and not benchmark:
+    if not benchmark and (prompts * generations) % data_parallel:
         sizes = (
             f"dtensorTensorParallelSize {tp}"
             if backend == performance.DTENSOR
