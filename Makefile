@@ -14,7 +14,7 @@ STACK ?= dev
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # The shipped example stacks (tools/plan.py EXAMPLE_STACKS): checkov and the golden plans cover these only, so a
 # user's own stack file never breaks `make test`; `make plan STACK=<yours>` renders any stack.
-STACKS := dev h200 b200 h200-benchmark smoke
+STACKS := dev h200 b200 h200-4node h200-benchmark smoke
 
 .PHONY: test lint typecheck unit checkov plan golden clean
 

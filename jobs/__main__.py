@@ -17,6 +17,7 @@ from launcher.pipeline import (
     pipeline_script,
     pipeline_steps,
     ray_job_command,
+    recipe_notes,
     rerun_warnings,
 )
 from launcher.settings import ConfigError, build_job_settings, read_config, read_infra_outputs
@@ -34,7 +35,7 @@ async def main() -> None:
     infra = await read_infra_outputs(infra_ref, str(values["infraStack"]))
     job = build_job_settings(values, infra)
     steps = pipeline_steps(job, infra)
-    for warning in [*model_notes(job), *rerun_warnings(steps)]:
+    for warning in [*model_notes(job), *recipe_notes(job, infra), *rerun_warnings(steps)]:
         pulumi.log.warn(warning)
 
     # Replaced only when the infra's cluster is (the Job with it); a kubeconfig change is an update.

@@ -180,13 +180,16 @@ def test_pipeline_lists_the_ray_jobs_in_order(rendered: Rendered):
     assert written["steps"] == expected
     assert written["jobName"] == rendered.plan.jobs.outputs["jobName"]
     names = [s["step"] for s in written["steps"]]
-    if rendered.stack == "h200-benchmark":  # the benchmark: both recipes, nothing to convert or evaluate
+    if rendered.stack == "h200-benchmark":  # the benchmark: the Llama 3.1 8B trio, nothing to convert or evaluate
         assert names[names.index("prepare-data") :] == [
             "prepare-data",
             "prefetch-weights",
-            "train-sync",
-            "train-async-1off",
+            "train-grpo-llama3.1-8b-instruct-2n8g",
+            "train-grpo-llama3.1-8b-instruct-2n8g-async-1off",
+            "train-grpo-llama3.1-8b-instruct-2n8g-fp8-async-1off",
         ]
+    elif rendered.stack == "h200-4node":  # the 4-node example: NeMo RL's Qwen3-32B recipe as a benchmark
+        assert names[names.index("prepare-data") :] == ["prepare-data", "prefetch-weights", "train-grpo-qwen3-32b-4n8g"]
     else:
         assert names[names.index("train") :] == [
             "train",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from tools import stack_check
+from tools import plan, stack_check
 from tools.offline import load_stack_config, read_yaml
 
 
@@ -180,3 +180,28 @@ def test_job_did_you_mean_maps_the_tutorials_names(key: str, hint: str):
     with pytest.raises(UnknownKeyError) as caught:
         check_keys("nemo-rl-jobs", [f"nemo-rl-jobs:{key}"])
     assert str(caught.value).startswith(f"config 'nemo-rl-jobs:{key}' is not a key this program reads: {hint}")
+
+
+def test_a_megatron_recipe_outside_the_performance_table_is_refused():
+    """The job stack knows the Megatron sizes of the performance recipes only: any other Megatron recipe would get a
+    DTensor tensor-parallel override and a DTensor batch check; the plan, resolving it, says so."""
+    megatron = {"policy": {"megatron_cfg": {"enabled": True}, "dtensor_cfg": {"enabled": False}}}
+    words = ["--config=R.yaml", "policy.dtensor_cfg.tensor_parallel_size=8", "grpo.max_num_steps=10"]
+    problem = stack_check.backend_problem(megatron, words, "R.yaml", "v0.5.0")
+    assert problem is not None and one_line(problem) == problem
+    assert problem.startswith("config 'nemo-rl-jobs:recipe' = 'R.yaml': it trains with Megatron")
+    assert "jobs/launcher/performance.py" in problem
+    # A performance recipe (no DTensor override written) or a DTensor recipe: nothing to say.
+    assert stack_check.backend_problem(megatron, words[:1] + words[2:], "R.yaml", "v0.5.0") is None
+    dtensor = {"policy": {"megatron_cfg": {"enabled": False}, "dtensor_cfg": {"enabled": True}}}
+    assert stack_check.backend_problem(dtensor, words, "R.yaml", "v0.5.0") is None
+
+
+def test_the_plan_refuses_a_megatron_recipe_it_would_run_as_dtensor():
+    from upstream import REFERENCE, nemo_rl_python, reference
+
+    reference("nemo-rl-v0.5.0")
+    nemo_rl_python()
+    recipe = "examples/configs/recipes/llm/grpo-llama3.1-8b-instruct-1n8g-megatron-fp8-rollouts.v3.yaml"
+    with pytest.raises(plan.PlanError, match=r"it trains with Megatron \(policy\.megatron_cfg\.enabled\) in NeMo RL"):
+        plan.run_plan("h200", job_overrides=[f"recipe={recipe}"], nemo_rl_sources=REFERENCE)

@@ -105,6 +105,9 @@ MODELS: Mapping[str, Figure] = {
     "meta-llama/Llama-3.1-8B-Instruct": Figure(
         8.03, "B parameters", "published: Llama 3.1 8B has 8.03B parameters (its Hugging Face model card)"
     ),
+    "Qwen/Qwen3-32B": Figure(
+        32.8, "B parameters", "published: Qwen3-32B has 32.8B parameters (its Hugging Face model card)"
+    ),
 }
 UNKNOWN_MODEL = Figure(8.0, "B parameters", "estimate: a recipe without a figure here; an 8B model assumed")
 # The model each shipped recipe trains (policy.model_name; tests hold this against the recipes with NeMo RL's loader).
@@ -115,6 +118,8 @@ RECIPE_MODELS: Mapping[str, str] = {
     ),
     # The benchmark's first train step (jobs/Pulumi.h200-benchmark.yaml).
     "examples/configs/recipes/llm/performance/grpo-llama3.1-8b-instruct-2n8g.yaml": "meta-llama/Llama-3.1-8B-Instruct",
+    # The 4-node example's (jobs/Pulumi.h200-4node.yaml).
+    "examples/configs/recipes/llm/performance/grpo-qwen3-32b-4n8g.yaml": "Qwen/Qwen3-32B",
 }
 
 # What would shorten the dominant phase next, by phase (or resource type of the provisioning timeline).
@@ -248,7 +253,8 @@ def inputs_from_plan(plan: Any) -> StartupInputs:
     worst = provisioning.build([plan.infra.resources, plan.jobs.resources], worst=True)
     worst_milestones = {key: worst.steps[label].end for key, label in _MILESTONES.items() if label in worst.steps}
     infra_done = timeline.steps[INFRA_DONE].end
-    recipe = _argument(entry.get("train") or entry.get("train-sync", ""), "--config") or ""
+    first_train = next((step for step in steps if step == "train" or step.startswith("train-")), "")
+    recipe = _argument(entry.get(first_train, ""), "--config") or ""
     model = RECIPE_MODELS.get(recipe, "")
     figure = MODELS.get(model, UNKNOWN_MODEL)
     lustre = plan.infra.outputs
@@ -339,11 +345,11 @@ def _pipeline_phases(inputs: StartupInputs, cuts: Cuts, warm: bool, start: str) 
     for step in inputs.steps:
         if step == "prefetch-weights" and not cuts.prefetch:
             continue  # without the cuts, the train step downloads the weights itself
-        cost = STEP_PHASES.get(step) or _unknown_step(step)
+        cost = step_cost(step) or _unknown_step(step)
         for name, duration, source in cost(inputs, cuts, warm):
             phases.append(Phase(name, duration, source, (previous,)))
             previous = name
-        if STEP_PHASES.get(step) is _train:  # the first training step ends the model
+        if cost is _train:  # the first training step ends the model
             break
     return phases
 
@@ -487,8 +493,12 @@ STEP_PHASES: Mapping[str, StepCost] = {
     "prefetch-weights": _prefetch,
     "eval-base": _eval_base,
     "train": _train,
-    "train-sync": _train,  # the benchmark's first recipe
 }
+
+
+def step_cost(step: str) -> StepCost | None:
+    """The step's row; a benchmark's train-<recipe> steps cost what train does."""
+    return STEP_PHASES.get(step) or (_train if step.startswith("train-") else None)
 
 
 # ---------------------------------------------------------------------------------------------------------------

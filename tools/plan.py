@@ -64,7 +64,7 @@ PLACEHOLDER_SECRETS = {"hfToken": "hf_PLACEHOLDER_not_a_token", "wandbApiKey": "
 EXIT_CONFIG = 2
 # The stack files the repository ships as examples: the tests, golden plans and checkov hold these, and only these,
 # so a user's own stack (Pulumi.<mine>.yaml, real values, encrypted secrets) never breaks `make test`.
-INFRA_EXAMPLE_STACKS = ("dev", "h200", "b200")
+INFRA_EXAMPLE_STACKS = ("dev", "h200", "b200", "h200-4node")
 # Job stack files shipped beside those pairs, each running on one of their infra stacks (the stack its infraStack
 # names): job stack -> infra stack. Planned, golden and checkov'd like the pairs.
 JOB_EXAMPLE_STACKS = {"h200-benchmark": "h200", "smoke": "h200"}
@@ -406,6 +406,8 @@ def check_with_nemo_rl(
         if resolved is None:
             raise PlanError(f"NeMo RL {tag}'s loader refused step {step['step']}'s config ({recipe}): {refusal}")
         problems = stack_check.override_key_problems(resolved, tail, recipe, tag)
+        backend = stack_check.backend_problem(resolved, ours, recipe, tag)
+        problems += [backend] if backend else []
         if problems:
             raise PlanError("\nplan: ".join(problems))
         if tail:

@@ -195,3 +195,22 @@ def override_key_problems(resolved: Mapping[str, Any], extra: Iterable[str], rec
                 f"NeMo RL {tag} (Hydra refuses to append it): drop the '+' ({key}={item.split('=', 1)[1]})"
             )
     return problems
+
+
+def backend_problem(resolved: Mapping[str, Any], words: Iterable[str], recipe: str, tag: str) -> str | None:
+    """A recipe that trains with Megatron (policy.megatron_cfg.enabled) run as a DTensor one: the job stack knows the
+    Megatron sizes of NeMo RL's performance recipes only (jobs/launcher/performance.py), and for any other recipe it
+    writes policy.dtensor_cfg.tensor_parallel_size and checks the batch against DTensor's data-parallel size, neither
+    of which that recipe trains with."""
+    policy = resolved.get("policy") or {}
+    megatron = (policy.get("megatron_cfg") or {}).get("enabled") is True
+    dtensor_override = any(override_key(word)[1] == "policy.dtensor_cfg.tensor_parallel_size" for word in words)
+    if not (megatron and dtensor_override):
+        return None
+    return (
+        f"config '{JOBS_PROJECT}:recipe' = {recipe!r}: it trains with Megatron (policy.megatron_cfg.enabled) in NeMo "
+        f"RL {tag}, but it is not one of the performance recipes whose Megatron sizes the job stack knows "
+        "(jobs/launcher/performance.py), so dtensorTensorParallelSize and the batch check would not be what it trains "
+        "with: use a recipe of examples/configs/recipes/llm/performance/ or a DTensor recipe, or add extraOverrides "
+        "policy.megatron_cfg.enabled=false and policy.dtensor_cfg.enabled=true to train it with DTensor"
+    )

@@ -11,8 +11,6 @@ from typing import Any
 
 from launcher import step_times
 from launcher.settings import (
-    BENCHMARK_GPUS_PER_NODE,
-    BENCHMARK_NODES,
     EVAL_MINUTES,
     InfraOutputs,
     JobSettings,
@@ -26,32 +24,38 @@ def _round(value: float | None) -> float | None:
 
 
 def _benchmark_steps(job: JobSettings, infra: InfraOutputs) -> tuple[list[step_times.StepEstimate], list[str]]:
-    """The benchmark runs NVIDIA's two recipes unchanged, one after the other, on their own shape."""
+    """The benchmark runs NVIDIA's recipes unchanged, one after the other, each on its own shape."""
     found = []
-    for recipe, async_grpo in (
-        (step_times.LLAMA_8B_SYNC_RECIPE, False),
-        (step_times.LLAMA_8B_ASYNC_RECIPE, True),
-    ):
-        row = step_times.find(recipe, async_grpo, infra.gpu_type)
-        samples = 0 if row is None else row.samples_per_step
+    for item in job.benchmark_recipes:
+        recipe = item.recipe
         found.append(
             step_times.estimate(
-                recipe=recipe,
-                async_grpo=async_grpo,
+                recipe=recipe.path,
+                async_grpo=recipe.async_grpo,
                 gpu_type=infra.gpu_type,
-                num_nodes=BENCHMARK_NODES,
-                generation_nodes=0 if row is None else row.generation_nodes,
-                gpus_per_node=BENCHMARK_GPUS_PER_NODE,
-                samples_per_step=samples,
+                num_nodes=recipe.num_nodes,
+                generation_nodes=recipe.generation_nodes,
+                gpus_per_node=recipe.gpus_per_node,
+                samples_per_step=recipe.samples_per_step,
                 user_seconds=None,
+                release=infra.nemo_rl_release.tag,
             )
         )
-    notes = list(dict.fromkeys(note for estimate in found for note in estimate.notes))
-    if all(e.known for e in found):
-        sync, off = (e.seconds for e in found)
-        notes.insert(
-            0, f"benchmark: {job.max_num_steps} steps synchronous at {sync:g} s and {job.max_num_steps} at {off:g} s"
+    # Only the first recipe's first step is the run's (estimatedRun.firstStepSeconds): the others' are left out.
+    notes = list(
+        dict.fromkeys(
+            note
+            for index, estimate in enumerate(found)
+            for note in estimate.notes
+            if index == 0 or not note.startswith("first step:")
         )
+    )
+    if all(e.known for e in found):
+        each = ", ".join(
+            f"{item.label} ({item.recipe.num_nodes} nodes) at {e.seconds:g} s"
+            for item, e in zip(job.benchmark_recipes, found, strict=True)
+        )
+        notes.insert(0, f"benchmark: {job.max_num_steps} steps each: {each}")
     return found, notes
 
 
@@ -63,8 +67,19 @@ def run_estimate(job: JobSettings, infra: InfraOutputs) -> dict[str, Any]:
         estimates, notes = _benchmark_steps(job, infra)
         runs = len(estimates)
         known = all(e.known for e in estimates)
-        seconds = sum(e.seconds or 0.0 for e in estimates) / runs if known else None
-        first = estimates[0].first_step_seconds if known else None  # the synchronous recipe runs first
+        # Weighted by each recipe's nodes over the run's (its largest recipe's), so that nodes x steps x seconds
+        # is the node time of all of them: the plain mean when every recipe has the run's nodes.
+        weighted = sum(
+            (e.seconds or 0.0) * item.recipe.num_nodes / job.num_nodes
+            for item, e in zip(job.benchmark_recipes, estimates, strict=True)
+        )
+        seconds = weighted / runs if known else None
+        if known and any(item.recipe.num_nodes != job.num_nodes for item in job.benchmark_recipes):
+            notes.append(
+                f"secondsPerStep is the recipes' mean weighted by their nodes over the run's {job.num_nodes}: the "
+                "recipes hold different node counts"
+            )
+        first = estimates[0].first_step_seconds if known else None  # the first recipe runs first
         source = "; ".join(dict.fromkeys(e.source for e in estimates)) if known else ""
         counts = "; ".join(dict.fromkeys(e.counts for e in estimates)) if known else ""
     else:
@@ -77,6 +92,7 @@ def run_estimate(job: JobSettings, infra: InfraOutputs) -> dict[str, Any]:
             gpus_per_node=infra.gpus_per_node,
             samples_per_step=job.train_global_batch_size,
             user_seconds=job.seconds_per_step,
+            release=infra.nemo_rl_release.tag,
         )
         seconds, first, source, counts = step.seconds, step.first_step_seconds, step.source, step.counts
         notes = list(step.notes)

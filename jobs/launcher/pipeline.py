@@ -8,10 +8,11 @@ from dataclasses import dataclass, replace
 from submitter.admission import ADMISSION_DIR
 from submitter.attempts import DEFAULT_MAX_RESUBMITS, attempt_id
 
+from launcher import performance
 from launcher.settings import (
     BENCHMARK_MEASURED_STEPS,
     FLAT_DATA,
-    PUBLISHED_H100,
+    BenchmarkRecipe,
     ConfigError,
     InfraOutputs,
     JobSettings,
@@ -251,11 +252,13 @@ def grpo_overrides(job: JobSettings, infra: InfraOutputs) -> list[str]:
     overrides.append(f"policy.generation.vllm_cfg.tensor_parallel_size={job.vllm_tensor_parallel_size}")
     if job.vllm_gpu_memory_utilization is not None:
         overrides.append(f"policy.generation.vllm_cfg.gpu_memory_utilization={job.vllm_gpu_memory_utilization:g}")
-    overrides.append(f"policy.dtensor_cfg.tensor_parallel_size={job.dtensor_tensor_parallel_size}")
+    dtensor = job.training_backend == performance.DTENSOR
+    if dtensor:  # a Megatron recipe keeps its policy.megatron_cfg sizes (extraOverrides may change them)
+        overrides.append(f"policy.dtensor_cfg.tensor_parallel_size={job.dtensor_tensor_parallel_size}")
     if job.async_grpo:
         overrides += async_grpo_overrides(job.max_trajectory_age_steps)
     check_from_tp = infra.nemo_rl_release.logprob_batch_check_from_tp
-    if check_from_tp is not None and job.dtensor_tensor_parallel_size >= check_from_tp:
+    if dtensor and check_from_tp is not None and job.dtensor_tensor_parallel_size >= check_from_tp:
         # NeMo RL refuses to start otherwise (the Gemma 3 27B recipes use micro batch 1, logprob batch 4); the
         # interpolation follows whatever micro batch the recipe sets.
         overrides.append("policy.logprob_batch_size=${policy.train_micro_batch_size}")
@@ -304,12 +307,28 @@ def model_notes(job: JobSettings) -> list[str]:
     model, so whether it fits the run's GPUs and divides by its tensor-parallel sizes is not checked here."""
     if not job.model:
         return []
+    if job.training_backend == performance.DTENSOR:
+        training = f"dtensorTensorParallelSize ({job.dtensor_tensor_parallel_size})"
+    else:
+        tp, pp, cp = job.training_parallel
+        training = f"the recipe's Megatron TP x PP x CP ({tp} x {pp} x {cp})"
     return [
         f"model {job.model}: fit unchecked here: the launcher knows no attention-head count or memory size for it. "
         f"The prefetch-weights step reads its config.json and fails before training when vllmTensorParallelSize "
-        f"({job.vllm_tensor_parallel_size}) does not divide its attention heads; whether dtensorTensorParallelSize "
-        f"({job.dtensor_tensor_parallel_size}) suits it and its weights fit the GPUs is left to NeMo RL and vLLM "
-        "when they start"
+        f"({job.vllm_tensor_parallel_size}) does not divide its attention heads; whether {training} suits it and "
+        "its weights fit the GPUs is left to NeMo RL and vLLM when they start"
+    ]
+
+
+def recipe_notes(job: JobSettings, infra: InfraOutputs) -> list[str]:
+    """What the plan says about a performance recipe run as a training run: those that save no checkpoints
+    (checkpointing.enabled false, NVIDIA's Qwen3 ones) leave a retried train attempt nothing to resume from."""
+    shape = None if job.benchmark else performance.find_by_path(infra.nemo_rl_release.tag, job.recipe)
+    if shape is None or shape.checkpointing or _override_value(job, "checkpointing.enabled") is not None:
+        return []
+    return [
+        f"recipe {job.recipe}: it saves no checkpoints (checkpointing.enabled false), so a retried train attempt "
+        "(maxRestarts) starts again from step 1: add extraOverrides checkpointing.enabled=true to resume instead"
     ]
 
 
@@ -358,7 +377,8 @@ def measured_steps(job: JobSettings) -> tuple[int, int]:
 
 
 def benchmark_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
-    """Prepare the recipes' data, then each recipe in turn: synchronous, then 1-step off-policy."""
+    """Prepare the recipes' data, then each recipe in turn (benchmarkRecipes' order), each waiting for its own
+    nodes; every model is fetched into HF_HOME on Lustre before the first recipe that trains it."""
     scripts = scripts_dir(job, infra)
     steps = [
         Step(
@@ -368,18 +388,28 @@ def benchmark_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
             on_failure="access to the Hugging Face hub (HF_TOKEN) and the Lustre mount",
         )
     ]
-    for mode, published in PUBLISHED_H100.items():
+    fetched: list[str] = []
+    for item in job.benchmark_recipes:
+        recipe, mode = item.recipe, item.label
         ckpt = f"{checkpoint_dir(job, infra)}/{mode}"
-        train_args = [f"--config={published.recipe}", *benchmark_overrides(job, infra, mode)]
-        if mode == "sync":  # the model both recipes train, into HF_HOME on Lustre first, as for a run
-            steps.append(prefetch_step(job, scripts, train_args, "the Llama 3.1 licence accepted"))
+        train_args = [f"--config={recipe.path}", *benchmark_overrides(job, infra, mode)]
+        if recipe.model not in fetched:
+            fetched.append(recipe.model)
+            prefetch = prefetch_step(job, scripts, train_args, f"the licence of {recipe.model} accepted")
+            if len(fetched) > 1:  # one step per model, each its own name and submission id
+                prefetch = replace(
+                    prefetch,
+                    name=f"{prefetch.name}-{len(fetched)}",
+                    submission_id=f"{prefetch.submission_id}-{len(fetched)}",
+                )
+            steps.append(prefetch)
         train = _in_nemo_rl(infra.nemo_rl_release.grpo_entrypoint, *train_args)
         steps.append(
             Step(
                 f"train-{mode}",
                 f"{job.run_name}-train-{mode}",
                 [
-                    *wait_for_workers(f"{scripts}/wait_for_workers.py", job.num_nodes, job, infra),
+                    *wait_for_workers(f"{scripts}/wait_for_workers.py", recipe.num_nodes, job, infra),
                     "&&",
                     "python",
                     f"{scripts}/checkpoint_guard.py",
@@ -387,25 +417,36 @@ def benchmark_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
                     "&&",
                     *train,
                 ],
-                on_failure="the driver log above (HF_TOKEN access to meta-llama/Llama-3.1-8B-Instruct, GPU memory)",
+                on_failure=f"the driver log above (HF_TOKEN access to {recipe.model}, GPU memory)",
                 max_retries=job.max_restarts,
             )
         )
     return steps
 
 
+def published_label(item: BenchmarkRecipe, release: str) -> str:
+    """Who published the figure and for which release, as the summary line names it."""
+    figure = item.published
+    if figure is None:
+        return "unknown"
+    other = "" if figure.release == release else f", for {figure.release}'s recipe of this name"
+    return f"NVIDIA {figure.system} (NeMo RL {figure.release} performance summary{other})"
+
+
 def benchmark_summary_command(job: JobSettings, infra: InfraOutputs) -> list[str]:
-    """The submitter's last command with benchmark: one line per mode, from NeMo RL's own TensorBoard metrics, beside
-    NVIDIA's published H100 figures. Empty without benchmark."""
+    """The submitter's last command with benchmark: one line per recipe, from NeMo RL's own TensorBoard metrics,
+    beside NVIDIA's published figure for it (or "unknown" where no summary has one). Empty without benchmark."""
     if not job.benchmark:
         return []
     first, last = measured_steps(job)
     command = ["python", BENCHMARK_SUMMARY, f"--first-step={first}", f"--last-step={last}"]
-    for mode, published in PUBLISHED_H100.items():
-        command.append(
-            f"--mode={mode}:{benchmark_log_dir(job, infra, mode)}:"
-            f"{published.seconds_per_step:g}:{published.tokens_per_sec_per_gpu:g}"
-        )
+    for item in job.benchmark_recipes:
+        figure = item.published
+        seconds = "unknown" if figure is None else f"{figure.seconds_per_step:g}"
+        tokens = "unknown" if figure is None else f"{figure.tokens_per_sec_per_gpu:g}"
+        command.append(f"--mode={item.label}:{benchmark_log_dir(job, infra, item.label)}:{seconds}:{tokens}")
+        command.append(f"--about={item.label}:{item.recipe.mode}, {item.recipe.gpus} GPUs")
+        command.append(f"--published-by={item.label}:{published_label(item, infra.nemo_rl_release.tag)}")
     return command
 
 

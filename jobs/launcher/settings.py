@@ -12,6 +12,10 @@ from typing import Any
 
 import pulumi
 
+from launcher import performance
+from launcher.performance import PerformanceRecipe
+from launcher.step_times import Published, published_for
+
 # A Kubernetes name that also suits a Ray submission id; suffixes of up to 16 characters are added to it.
 _RUN_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
 _OVERRIDE_RE = re.compile(r"^[+~]{0,2}[A-Za-z_][A-Za-z0-9_.\-]*=.*$")
@@ -66,31 +70,27 @@ class UnknownKeyError(ConfigError):
 
 
 @dataclass(frozen=True)
-class PublishedFigure:
-    """One row of NeMo RL's performance summary: what NVIDIA measured for a recipe, averaged over 5 steps."""
+class BenchmarkRecipe:
+    """One performance recipe the benchmark runs, unchanged, on its own cluster shape, and NVIDIA's figure for it."""
 
-    mode: str
-    recipe: str  # under examples/configs/ at NeMo RL v0.5.0 (and v0.7.0)
-    seconds_per_step: float
-    tokens_per_sec_per_gpu: float
+    recipe: PerformanceRecipe
+    # NVIDIA's figure for the recipe (the image's release's summary first, else the newest other release's for a
+    # recipe of that name); None when no summary has one: the log then says the figure is unknown.
+    published: Published | None
+
+    @property
+    def label(self) -> str:
+        """The recipe's file name: its train step is train-<label>, its logs and checkpoints <label>/."""
+        return self.recipe.name
 
 
-# NeMo RL's performance summary (docs/about/performance-summary.md, v0.5, DGX-H100 BF16, Megatron backend): GRPO on
-# Llama 3.1 8B Instruct, 16 GPUs, on-policy and 1-step off-policy: the figures the benchmark stack compares with. The
-# run estimate takes its seconds per step from launcher/step_times.py (which holds these rows too) or secondsPerStep.
-PUBLISHED_H100: dict[str, PublishedFigure] = {
-    "sync": PublishedFigure(
-        "on-policy", "examples/configs/recipes/llm/performance/grpo-llama3.1-8b-instruct-2n8g.yaml", 92.8, 1581
-    ),
-    "async-1off": PublishedFigure(
-        "1-step off-policy",
-        "examples/configs/recipes/llm/performance/grpo-llama3.1-8b-instruct-2n8g-async-1off.yaml",
-        64.8,
-        2478,
-    ),
-}
-# The benchmark runs both recipes unchanged on their own cluster shape: 2 nodes of 8 GPUs.
-BENCHMARK_NODES, BENCHMARK_GPUS_PER_NODE = 2, 8
+# NeMo RL's Llama 3.1 8B performance recipes (2 nodes x 8 GPUs): on-policy, 1-step off-policy, and 1-step off-policy
+# in FP8; the benchmark's recipes when the job setting benchmarkRecipes is unset.
+DEFAULT_BENCHMARK_RECIPES = (
+    "grpo-llama3.1-8b-instruct-2n8g",
+    "grpo-llama3.1-8b-instruct-2n8g-async-1off",
+    "grpo-llama3.1-8b-instruct-2n8g-fp8-async-1off",
+)
 # Steps per mode by default, and the fewest that leave 5 measured steps between the first (start-up) and the last
 # (which validates and saves a checkpoint: val_period and save_period are 10 in the recipes' base config).
 BENCHMARK_STEPS, BENCHMARK_MIN_STEPS, BENCHMARK_MEASURED_STEPS = 10, 7, 5
@@ -102,6 +102,13 @@ BENCHMARK_IGNORES: dict[str, Any] = {
     "dtensorTensorParallelSize": 8, "asyncGrpo": False, "maxTrajectoryAgeSteps": 1, "extraOverrides": [],
     "secondsPerStep": "", "model": "", "dataset": None,
 }  # fmt: skip
+# The sizes a Megatron recipe (NeMo RL's performance recipes; launcher/performance.py) trains with, tensor, pipeline
+# and context parallel, which extraOverrides may change; every other recipe is taken to train with DTensor.
+MEGATRON_PARALLEL_KEYS = (
+    "policy.megatron_cfg.tensor_model_parallel_size",
+    "policy.megatron_cfg.pipeline_model_parallel_size",
+    "policy.megatron_cfg.context_parallel_size",
+)
 # Async GRPO at NeMo RL v0.5.0 and v0.7.0 (examples/run_grpo*.py, algorithms/grpo.py async_grpo_train and setup):
 # what the pipeline sets for it, and what an extraOverride may not change under it (key -> what it must stay).
 ASYNC_REQUIRED = {
@@ -240,8 +247,14 @@ class JobSettings:
     # 1-step (or maxTrajectoryAgeSteps) off-policy GRPO: generation and training overlap on their own nodes.
     async_grpo: bool = False
     max_trajectory_age_steps: int = 1
-    # NeMo RL's Llama 3.1 8B performance recipes, synchronous then 1-step off-policy, instead of the run.
+    # NeMo RL's performance recipes, unchanged, one after the other, instead of the run (benchmarkRecipes).
     benchmark: bool = False
+    benchmark_recipes: tuple[BenchmarkRecipe, ...] = ()
+    # The recipe's training backend: "megatron" for NeMo RL's performance recipes (policy.megatron_cfg.enabled),
+    # "dtensor" for any other; and its tensor, pipeline and context parallel sizes (DTensor: dtensorTensorParallelSize,
+    # 1, 1; Megatron: the recipe's policy.megatron_cfg sizes, or the extraOverrides that change them).
+    training_backend: str = performance.DTENSOR
+    training_parallel: tuple[int, int, int] = (1, 1, 1)
     # GSM8K test accuracy before training (the recipe's model) and after it (the converted model).
     eval_base: bool = True
     eval_final: bool = True
@@ -416,7 +429,13 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
     if not recipe.startswith("examples/configs/") or not recipe.endswith(".yaml") or ".." in recipe:
         raise ConfigError("recipe", recipe, "a NeMo RL recipe path under examples/configs/ ending in .yaml")
 
-    num_nodes = _positive("numNodes", values.get("numNodes", 2))
+    # The benchmark runs its recipes on their own cluster shape: the run holds the largest of them.
+    benchmark_recipes = _benchmark(values, infra)
+    benchmark = bool(benchmark_recipes)
+    if benchmark:
+        num_nodes = max(item.recipe.num_nodes for item in benchmark_recipes)
+    else:
+        num_nodes = _positive("numNodes", values.get("numNodes", 2))
     if num_nodes > infra.ray_worker_replicas:
         raise ConfigError(
             "numNodes",
@@ -441,9 +460,9 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
             vllm_tp,
             f"a divisor of the {generation_gpus} generation GPUs, at most {gpus} (one node)",
         )
-    dtensor_tp = _positive("dtensorTensorParallelSize", values.get("dtensorTensorParallelSize", 8))
-    if training_gpus % dtensor_tp:
-        raise ConfigError("dtensorTensorParallelSize", dtensor_tp, f"a divisor of the {training_gpus} training GPUs")
+    extra_items = values.get("extraOverrides", [])
+    backend, parallel = _training_parallel(values, recipe, infra, training_gpus, extra_items, benchmark)
+    dtensor_tp = parallel[0] if backend == performance.DTENSOR else BENCHMARK_IGNORES["dtensorTensorParallelSize"]
     utilization: float | None = DEDICATED_VLLM_GPU_MEMORY_UTILIZATION if generation_nodes else None
     if values.get("vllmGpuMemoryUtilization") not in (None, ""):
         utilization = _float("vllmGpuMemoryUtilization", values["vllmGpuMemoryUtilization"])
@@ -454,14 +473,20 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
     generations = _positive("numGenerationsPerPrompt", values.get("numGenerationsPerPrompt", 32))
     # NeMo RL shards each training batch over its data-parallel ranks (training GPUs / (TP x CP x PP); the DTensor
     # recipes run CP = PP = 1) and asserts that they divide it.
-    data_parallel = training_gpus // dtensor_tp
-    if (prompts * generations) % data_parallel:
+    tp, pp, cp = parallel
+    data_parallel = training_gpus // (tp * pp * cp)
+    if not benchmark and (prompts * generations) % data_parallel:
+        sizes = (
+            f"dtensorTensorParallelSize {tp}"
+            if backend == performance.DTENSOR
+            else f"the recipe's Megatron TP x PP x CP = {tp} x {pp} x {cp}"
+        )
         raise ConfigError(
             "numPromptsPerStep",
             prompts,
             f"numPromptsPerStep x numGenerationsPerPrompt ({prompts} x {generations} = {prompts * generations}) is "
             f"the training batch (policy.train_global_batch_size) and must be a multiple of the {data_parallel} "
-            f"data-parallel ranks ({training_gpus} training GPUs / dtensorTensorParallelSize {dtensor_tp})",
+            f"data-parallel ranks ({training_gpus} training GPUs / {sizes})",
         )
 
     extra = values.get("extraOverrides", [])
@@ -485,7 +510,6 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         raise ConfigError("preflightLustreMinFraction", lustre_fraction, "a fraction in (0, 1]")
 
     async_grpo, max_age = _async_grpo(values, generation_nodes, extra)
-    benchmark = _benchmark(values, infra)
     max_num_steps = _positive("maxNumSteps", values.get("maxNumSteps", BENCHMARK_STEPS if benchmark else 10))
     if benchmark and max_num_steps < BENCHMARK_MIN_STEPS:
         raise ConfigError(
@@ -517,6 +541,14 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         )
 
     archive = _archive(values, infra)
+    if convert_to_hf and backend == performance.MEGATRON:
+        raise ConfigError(
+            "convertToHf",
+            True,
+            f"false with {recipe}: it trains with Megatron (policy.megatron_cfg.enabled), and the conversion step "
+            "converts DTensor checkpoints only (NeMo RL's examples/converters/convert_dcp_to_hf.py); evalFinal needs "
+            "the conversion, so set it false too",
+        )
 
     return JobSettings(
         infra_stack=infra_stack,
@@ -545,6 +577,9 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         async_grpo=async_grpo,
         max_trajectory_age_steps=max_age,
         benchmark=benchmark,
+        benchmark_recipes=benchmark_recipes,
+        training_backend=backend,
+        training_parallel=parallel,
         eval_base=_bool("evalBase", values.get("evalBase", not benchmark)),
         eval_final=eval_final,
         rerun=_rerun(values.get("rerun", {})),
@@ -685,17 +720,118 @@ def _async_grpo(values: Mapping[str, Any], generation_nodes: int, extra: list[st
     return True, max_age
 
 
-def _benchmark(values: Mapping[str, Any], infra: InfraOutputs) -> bool:
-    """benchmark: NVIDIA's recipes as they are, on their own cluster shape; keys it would ignore are refused."""
-    if not _bool("benchmark", values.get("benchmark", False)):
-        return False
-    if infra.gpus_per_node != BENCHMARK_GPUS_PER_NODE or infra.ray_worker_replicas < BENCHMARK_NODES:
+def _training_parallel(
+    values: Mapping[str, Any], recipe: str, infra: InfraOutputs, training_gpus: int, extra: Any, benchmark: bool
+) -> tuple[str, tuple[int, int, int]]:
+    """The recipe's training backend and its (TP, PP, CP): a performance recipe trains with Megatron, with the
+    recipe's policy.megatron_cfg sizes unless extraOverrides change them, and dtensorTensorParallelSize would be
+    ignored; any other recipe with DTensor at dtensorTensorParallelSize. The training GPUs must divide by them."""
+    default_tp = BENCHMARK_IGNORES["dtensorTensorParallelSize"]
+    shape = None if benchmark else performance.find_by_path(infra.nemo_rl_release.tag, recipe)
+    if shape is None or shape.backend != performance.MEGATRON:
+        tp = _positive("dtensorTensorParallelSize", values.get("dtensorTensorParallelSize", default_tp))
+        if not benchmark and training_gpus % tp:
+            raise ConfigError("dtensorTensorParallelSize", tp, f"a divisor of the {training_gpus} training GPUs")
+        return performance.DTENSOR, (tp, 1, 1)
+    given = values.get("dtensorTensorParallelSize")
+    if given not in (None, "") and str(given) != str(default_tp):
         raise ConfigError(
-            "benchmark",
-            True,
-            f"an infra with {BENCHMARK_NODES} GPU nodes of {BENCHMARK_GPUS_PER_NODE} GPUs, the recipes' cluster "
-            f"(this one: rayWorkerReplicas {infra.ray_worker_replicas}, gpusPerNode {infra.gpus_per_node})",
+            "dtensorTensorParallelSize",
+            given,
+            f"unset with {recipe}: it trains with Megatron (policy.megatron_cfg.enabled), whose tensor parallel size "
+            f"is policy.megatron_cfg.tensor_model_parallel_size ({shape.parallel[0]} in the recipe); change that in "
+            "extraOverrides",
         )
+    sizes = list(shape.parallel)
+    items = extra if isinstance(extra, list) else []
+    for item in items:
+        if not isinstance(item, str) or "=" not in item:
+            continue  # the extraOverrides check names it
+        key, value = _override_key(item), item.split("=", 1)[1].strip()
+        if key in MEGATRON_PARALLEL_KEYS:
+            sizes[MEGATRON_PARALLEL_KEYS.index(key)] = _positive("extraOverrides", value)
+    tp, pp, cp = sizes
+    if training_gpus % (tp * pp * cp):
+        raise ConfigError(
+            "numNodes",
+            values.get("numNodes", 2),
+            f"training GPUs ((numNodes - generationNodes) x gpusPerNode = {training_gpus}) that divide by {recipe}'s "
+            f"Megatron TP x PP x CP ({tp} x {pp} x {cp} = {tp * pp * cp}; policy.megatron_cfg "
+            "tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size)",
+        )
+    return performance.MEGATRON, (tp, pp, cp)
+
+
+def _recipe_names(raw: Any) -> list[str]:
+    """benchmarkRecipes: one recipe name, or a list of them; unset, the Llama 3.1 8B trio."""
+    if raw in (None, "", []):
+        return list(DEFAULT_BENCHMARK_RECIPES)
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list) or not all(isinstance(item, str) and item.strip() for item in raw):
+        raise ConfigError(
+            "benchmarkRecipes",
+            raw,
+            "a performance recipe's name (e.g. grpo-qwen3-32b-4n8g), or a list of them, run one after the other",
+        )
+    return [performance.recipe_name(item) for item in raw]
+
+
+def _benchmark(values: Mapping[str, Any], infra: InfraOutputs) -> tuple[BenchmarkRecipe, ...]:
+    """benchmark: NVIDIA's performance recipes of the image's release (benchmarkRecipes), as they are, each on its own
+    cluster shape, which the infra must hold; keys it would ignore are refused. Empty without benchmark."""
+    if not _bool("benchmark", values.get("benchmark", False)):
+        if values.get("benchmarkRecipes") not in (None, "", []):
+            raise ConfigError("benchmarkRecipes", values["benchmarkRecipes"], "unset unless benchmark is true")
+        return ()
+    release = infra.nemo_rl_release.tag
+    available = performance.recipes_of(release)
+
+    def fits(recipe: PerformanceRecipe) -> bool:
+        return recipe.gpus_per_node == infra.gpus_per_node and recipe.num_nodes <= infra.ray_worker_replicas
+
+    runnable = [name for name, r in available.items() if fits(r) and r.hub_model and r.dataset == performance.OPEN_MATH]
+    infra_shape = (
+        f"this infra has {infra.ray_worker_replicas} GPU workers of {infra.gpus_per_node} GPUs (rayWorkerReplicas, "
+        f"gpusPerNode); the recipes that fit it: {', '.join(runnable) or 'none'}"
+    )
+    names = _recipe_names(values.get("benchmarkRecipes"))
+    chosen: list[BenchmarkRecipe] = []
+    for name in names:
+        recipe = available.get(name)
+        if recipe is None:
+            match = difflib.get_close_matches(name, list(available), n=1)
+            hint = f"did you mean '{match[0]}'? " if match else ""
+            raise ConfigError(
+                "benchmarkRecipes",
+                name,
+                f"{hint}a recipe of NeMo RL {release}'s {performance.PERFORMANCE_DIR}/ (the image's release); "
+                f"{infra_shape}",
+            )
+        if not fits(recipe):
+            raise ConfigError(
+                "benchmarkRecipes",
+                name,
+                f"a recipe whose cluster the infra holds: it needs {recipe.num_nodes} nodes of {recipe.gpus_per_node} "
+                f"GPUs (cluster.num_nodes x cluster.gpus_per_node = {recipe.gpus} GPUs); {infra_shape}",
+            )
+        if recipe.dataset != performance.OPEN_MATH:
+            raise ConfigError(
+                "benchmarkRecipes",
+                name,
+                f"a recipe that trains on {performance.OPEN_MATH} (the data the benchmark prepares on Lustre); this "
+                f"one trains on {recipe.dataset}",
+            )
+        if not recipe.hub_model:
+            raise ConfigError(
+                "benchmarkRecipes",
+                name,
+                f"a recipe whose model is on the Hugging Face hub: its policy.model_name is NVIDIA's placeholder "
+                f"({recipe.model!r}) for a checkpoint you convert first, so it cannot run unchanged",
+            )
+        if any(item.recipe.name == name for item in chosen):
+            raise ConfigError("benchmarkRecipes", name, "each recipe once")
+        chosen.append(BenchmarkRecipe(recipe, published_for(release, name)))
 
     def changed(key: str) -> bool:
         value, default = values.get(key), BENCHMARK_IGNORES[key]
@@ -715,7 +851,7 @@ def _benchmark(values: Mapping[str, Any], infra: InfraOutputs) -> bool:
     for key in ("evalBase", "evalFinal"):
         if _bool(key, values.get(key, False)):
             raise ConfigError(key, True, "false with benchmark: it measures speed, on NVIDIA's data, not accuracy")
-    return True
+    return tuple(chosen)
 
 
 _PLAIN_KEYS = (
@@ -728,7 +864,7 @@ _PLAIN_KEYS = (
 )  # fmt: skip
 
 
-_OBJECT_KEYS = ("extraOverrides", "rerun", "dataset")
+_OBJECT_KEYS = ("extraOverrides", "rerun", "dataset", "benchmarkRecipes")
 
 
 # The GKE NeMo RL tutorial's variables (its `export NAME=...` lines), by their letters alone (case, '_' and '-'
@@ -772,7 +908,12 @@ def read_config() -> dict[str, Any]:
     config = pulumi.Config()
     values: dict[str, Any] = {key: config.get(key) for key in _PLAIN_KEYS if config.get(key) not in (None, "")}
     for key in _OBJECT_KEYS:
-        value = config.get_object(key)
+        try:
+            value = config.get_object(key)
+        except pulumi.ConfigTypeError:
+            if key != "benchmarkRecipes":
+                raise
+            value = config.get(key)  # one recipe's name, set as plain text: `pulumi config set benchmarkRecipes X`
         if value is not None:
             values[key] = value
     return values

@@ -1,17 +1,21 @@
-"""The benchmark's verdict: seconds per step and tokens/s/GPU per mode, from NeMo RL's own logged metrics, beside
-NVIDIA's published H100 figures.
+"""The benchmark's verdict: seconds per step and tokens/s/GPU per recipe, from NeMo RL's own logged metrics, beside
+NVIDIA's published figures.
 
 Runs in the submitter pod after the benchmark's train steps, with the image's python (its tensorboard reads the
 event files):
-    python benchmark_summary.py --first-step=5 --last-step=9 --mode=NAME:LOG_DIR:SECONDS:TOKENS [--mode=...]
+    python benchmark_summary.py --first-step=5 --last-step=9 --mode=NAME:LOG_DIR:SECONDS:TOKENS
+        [--about=NAME:TEXT] [--published-by=NAME:TEXT] [--mode=...]
+
+SECONDS and TOKENS are NVIDIA's figures for the recipe, or `unknown` where no summary has one (the line then gives
+the measurement alone); --about describes the run (mode, precision, GPUs), --published-by whose figure it is.
 
 Each LOG_DIR is a train step's logger.log_dir. NeMo RL's GRPO loops (algorithms/grpo.py, sync and async, v0.5.0 and
 v0.7.0) log, per step, `timing/train/total_step_time` (the step's wall time) and `performance/tokens_per_sec_per_gpu`
 (print_performance_metrics: every token of the step over its time and all GPUs, the "Tokens / sec / GPU" of NVIDIA's
 performance summary); with TensorBoard on they land in LOG_DIR/exp_NNN/tensorboard/ (one exp_NNN per attempt: a
-retried step's later value wins). Steps FIRST..LAST are averaged, as NVIDIA averages 5 steps. One line per mode:
-    benchmark sync (on-policy): 95.1 s/step, 1,540 tokens/s/GPU (steps 5-9) vs NVIDIA H100 92.8 s, 1,581: 0.97x
-    tokens/s/GPU, 1.02x step time
+retried step's later value wins). Steps FIRST..LAST are averaged, as NVIDIA averages 5 steps. One line per recipe:
+    benchmark grpo-llama3.1-8b-instruct-2n8g (on-policy, BF16, 16 GPUs): 95.1 s/step, 1,540 tokens/s/GPU (steps
+    5-9) vs NVIDIA DGX-H100 (NeMo RL v0.5.0 performance summary) 92.8 s, 1,581: 0.97x tokens/s/GPU, 1.02x step time
 (one line in the log). The ratios are measured over published: above 1 is more throughput, and a longer step.
 Exit codes: 0 printed, 1 a mode's metrics are
 missing (the message names the folder and the steps), 2 usage.
@@ -22,12 +26,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 STEP_TIME = "timing/train/total_step_time"
 TOKENS_PER_GPU = "performance/tokens_per_sec_per_gpu"
-MODE_NAMES = {"sync": "on-policy", "async-1off": "1-step off-policy"}
+UNKNOWN = "unknown"
 
 
 class MetricsError(Exception):
@@ -38,14 +42,33 @@ class MetricsError(Exception):
 class Mode:
     name: str
     log_dir: Path
-    published_seconds: float
-    published_tokens: float
+    published_seconds: float | None  # None: no published figure
+    published_tokens: float | None
+    about: str = ""
+    published_by: str = "NVIDIA"
+
+
+def _figure(text: str) -> float | None:
+    return None if text == UNKNOWN else float(text)
 
 
 def parse_mode(text: str) -> Mode:
     name, rest = text.split(":", 1)
     folder, seconds, tokens = rest.rsplit(":", 2)
-    return Mode(name, Path(folder), float(seconds), float(tokens))
+    if not name or not folder:
+        raise ValueError(text)
+    return Mode(name, Path(folder), _figure(seconds), _figure(tokens))
+
+
+def by_name(texts: list[str], option: str) -> dict[str, str]:
+    """--about / --published-by: NAME:TEXT each."""
+    found = {}
+    for text in texts:
+        name, sep, value = text.partition(":")
+        if not sep or not name or not value:
+            raise ValueError(f"{option} is NAME:TEXT, got {text!r}")
+        found[name] = value
+    return found
 
 
 def event_files(log_dir: Path) -> list[Path]:
@@ -91,10 +114,12 @@ def measure(mode: Mode, first: int, last: int) -> tuple[float, float]:
 
 
 def summary_line(mode: Mode, seconds: float, tokens: float, first: int, last: int) -> str:
-    label = MODE_NAMES.get(mode.name, mode.name)
+    about = f" ({mode.about})" if mode.about else ""
+    measured = f"benchmark {mode.name}{about}: {seconds:.1f} s/step, {tokens:,.0f} tokens/s/GPU (steps {first}-{last})"
+    if mode.published_seconds is None or mode.published_tokens is None:
+        return f"{measured} vs {mode.published_by}: no published figure for this recipe"
     return (
-        f"benchmark {mode.name} ({label}): {seconds:.1f} s/step, {tokens:,.0f} tokens/s/GPU (steps {first}-{last}) "
-        f"vs NVIDIA H100 {mode.published_seconds:g} s, {mode.published_tokens:,.0f}: "
+        f"{measured} vs {mode.published_by} {mode.published_seconds:g} s, {mode.published_tokens:,.0f}: "
         f"{tokens / mode.published_tokens:.2f}x tokens/s/GPU, {seconds / mode.published_seconds:.2f}x step time"
     )
 
@@ -104,13 +129,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-step", type=int, required=True)
     parser.add_argument("--last-step", type=int, required=True)
     parser.add_argument("--mode", action="append", required=True, help="NAME:LOG_DIR:PUBLISHED_S:PUBLISHED_TOKENS")
+    parser.add_argument("--about", action="append", default=[], help="NAME:TEXT, what the run is")
+    parser.add_argument("--published-by", action="append", default=[], help="NAME:TEXT, whose figure it is")
     args = parser.parse_args(argv)
     if not 1 <= args.first_step <= args.last_step:
         parser.error("give 1 <= --first-step <= --last-step")
     try:
         modes = [parse_mode(text) for text in args.mode]
     except ValueError:
-        parser.error("--mode is NAME:LOG_DIR:PUBLISHED_SECONDS:PUBLISHED_TOKENS")
+        parser.error("--mode is NAME:LOG_DIR:PUBLISHED_SECONDS:PUBLISHED_TOKENS (each figure a number or unknown)")
+    try:
+        about, published_by = by_name(args.about, "--about"), by_name(args.published_by, "--published-by")
+    except ValueError as error:
+        parser.error(str(error))
+    modes = [
+        replace(mode, about=about.get(mode.name, ""), published_by=published_by.get(mode.name, mode.published_by))
+        for mode in modes
+    ]
     lines = []
     for mode in modes:
         try:

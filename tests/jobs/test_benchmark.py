@@ -10,11 +10,13 @@ import re
 import shlex
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import ROOT
+from launcher import performance
 from launcher.cost import run_estimate
 from launcher.pipeline import (
     benchmark_dataset_dir,
@@ -24,7 +26,7 @@ from launcher.pipeline import (
     pipeline_script,
     pipeline_steps,
 )
-from launcher.settings import FLAT_DATA, PUBLISHED_H100, ConfigError, build_job_settings
+from launcher.settings import DEFAULT_BENCHMARK_RECIPES, FLAT_DATA, ConfigError, build_job_settings
 from test_nemo_rl_loader import RELEASES, infra, stack_values  # noqa: F401 (the module fixture)
 from upstream import reference, resolve_with_nemo_rl
 
@@ -57,12 +59,13 @@ def test_each_recipe_runs_unchanged_but_for_paths_steps_and_logging(infra, relea
     net = infra[release]["h200"]
     job = build_job_settings(benchmark_values(), net)
     steps = {step.name: step for step in pipeline_steps(job, net)}
-    assert [name for name in steps if name.startswith("train")] == ["train-sync", "train-async-1off"]
+    # The Llama 3.1 8B trio: on-policy, 1-step off-policy, and 1-step off-policy in FP8.
+    assert [name for name in steps if name.startswith("train")] == [f"train-{n}" for n in DEFAULT_BENCHMARK_RECIPES]
     assert "convert-hf" not in steps and "train" not in steps
     tree = reference(f"nemo-rl-{release}")
-    for mode, published in PUBLISHED_H100.items():
-        args = train_args(steps[f"train-{mode}"], net.nemo_rl_release.grpo_entrypoint)
-        assert args[0] == f"--config={published.recipe}"
+    for item in job.benchmark_recipes:
+        args = train_args(steps[f"train-{item.label}"], net.nemo_rl_release.grpo_entrypoint)
+        assert args[0] == f"--config={item.recipe.path}"
         ours = flatten(resolve_with_nemo_rl(tree, args))
         theirs = flatten(resolve_with_nemo_rl(tree, args[:1]))
         changed = {key for key in ours.keys() | theirs.keys() if ours.get(key) != theirs.get(key)}
@@ -73,7 +76,9 @@ def test_each_recipe_runs_unchanged_but_for_paths_steps_and_logging(infra, relea
         # Everything that makes the measurement is NVIDIA's: batch, cluster, parallelism, colocation, async.
         for key in ("grpo.num_prompts_per_step", "policy.train_global_batch_size", "cluster.num_nodes"):
             assert ours[key] == theirs[key]
-        assert ours["grpo.async_grpo.enabled"] is (mode != "sync")
+        assert ours["grpo.async_grpo.enabled"] is item.recipe.async_grpo
+        assert ours["policy.megatron_cfg.fp8_cfg.enabled"] is item.recipe.fp8
+        assert ours["policy.megatron_cfg.enabled"] is True
         assert ours["grpo.max_num_steps"] == job.max_num_steps
         assert ours["logger.tensorboard_enabled"] is True  # the summary reads its event files
         # The recipe reads OpenMathInstruct-2 from the hub; the run reads the same data prepared on Lustre.
@@ -149,10 +154,9 @@ def test_benchmark_settings_are_refused_where_they_would_be_ignored_or_cannot_ru
     assert error.value.key == "benchmark"
     with pytest.raises(ConfigError, match="asyncGrpo"):
         build_job_settings(benchmark_values(asyncGrpo=True), h200)
-    with pytest.raises(ConfigError, match="2 GPU nodes of 8 GPUs"):
-        build_job_settings(
-            benchmark_values(infraStack="organization/nemo-rl-gke/dev", numNodes=1, generationNodes=0), dev
-        )
+    with pytest.raises(ConfigError, match="it needs 2 nodes of 8 GPUs") as error:
+        build_job_settings(benchmark_values(infraStack="organization/nemo-rl-gke/dev"), dev)
+    assert error.value.key == "benchmarkRecipes" and error.value.value == DEFAULT_BENCHMARK_RECIPES[0]
     with pytest.raises(ConfigError, match="maxNumSteps"):
         build_job_settings(benchmark_values(maxNumSteps=6), h200)
     with pytest.raises(ConfigError, match="convertToHf"):
@@ -166,8 +170,11 @@ def test_the_summary_command_ends_the_job_log_and_the_estimate_counts_both_recip
     script = pipeline_script(job, net, pipeline_steps(job, net))
     assert script.rstrip().splitlines()[-1] == shlex.join(benchmark_summary_command(job, net))
     run = run_estimate(job, net)
-    assert run["steps"] == 2 * job.max_num_steps and run["nodes"] == 2
-    assert run["gpuHours"] == pytest.approx(2 * 8 * job.max_num_steps * (92.8 + 64.8) / 3600, abs=0.01)
+    assert run["steps"] == 3 * job.max_num_steps and run["nodes"] == 2
+    assert run["gpuHours"] == pytest.approx(2 * 8 * job.max_num_steps * (92.8 + 64.8 + 53.0) / 3600, abs=0.01)
+    summary = benchmark_summary_command(job, net)
+    assert "--mode=grpo-llama3.1-8b-instruct-2n8g-fp8-async-1off:/data/benchmark-llama3-8b/logs/" in " ".join(summary)
+    assert "--about=grpo-llama3.1-8b-instruct-2n8g-fp8-async-1off:1-step off-policy, FP8, 16 GPUs" in summary
     assert benchmark_summary_command(build_job_settings(stack_values("h200"), net), net) == []
 
 
@@ -212,22 +219,31 @@ def test_the_summary_line_from_a_fake_run_in_nemo_rls_logging_format(tmp_path, r
     import benchmark_summary
 
     assert logged_metric_names(release) == {benchmark_summary.STEP_TIME, benchmark_summary.TOKENS_PER_GPU}
-    sync, off = tmp_path / "sync", tmp_path / "async-1off"
+    sync, off, new = tmp_path / "sync", tmp_path / "async-1off", tmp_path / "new"
     # Step 1 is slow (start-up) and step 10 validates: neither is averaged.
     write_fake_run(sync, 1, {1: (300.0, 400.0), **{s: (90.0 + s, 1600.0 - s) for s in range(2, 11)}})
     # The off-policy run failed after step 6 and resumed in exp_002: the retry's values win.
     write_fake_run(off, 1, {s: (500.0, 10.0) for s in range(1, 7)})
     write_fake_run(off, 2, {s: (60.0 + s, 2500.0) for s in range(5, 11)})
+    write_fake_run(new, 1, {s: (40.0, 3000.0) for s in range(1, 11)})  # a recipe no summary has a figure for
     result = summarize(
-        "--first-step=5", "--last-step=9", f"--mode=sync:{sync}:92.8:1581", f"--mode=async-1off:{off}:64.8:2478"
+        "--first-step=5",
+        "--last-step=9",
+        f"--mode=sync:{sync}:92.8:1581",
+        "--about=sync:on-policy, BF16, 16 GPUs",
+        "--published-by=sync:NVIDIA DGX-H100 (NeMo RL v0.5.0 performance summary)",
+        f"--mode=async-1off:{off}:64.8:2478",
+        f"--mode=new:{new}:unknown:unknown",
+        "--published-by=new:unknown",
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert lines == [
-        "benchmark sync (on-policy): 97.0 s/step, 1,593 tokens/s/GPU (steps 5-9) vs NVIDIA H100 92.8 s, 1,581: "
-        "1.01x tokens/s/GPU, 1.05x step time",
-        "benchmark async-1off (1-step off-policy): 67.0 s/step, 2,500 tokens/s/GPU (steps 5-9) vs NVIDIA H100 "
-        "64.8 s, 2,478: 1.01x tokens/s/GPU, 1.03x step time",
+        "benchmark sync (on-policy, BF16, 16 GPUs): 97.0 s/step, 1,593 tokens/s/GPU (steps 5-9) vs NVIDIA DGX-H100 "
+        "(NeMo RL v0.5.0 performance summary) 92.8 s, 1,581: 1.01x tokens/s/GPU, 1.05x step time",
+        "benchmark async-1off: 67.0 s/step, 2,500 tokens/s/GPU (steps 5-9) vs NVIDIA 64.8 s, 2,478: "
+        "1.01x tokens/s/GPU, 1.03x step time",
+        "benchmark new: 40.0 s/step, 3,000 tokens/s/GPU (steps 5-9) vs unknown: no published figure for this recipe",
     ]
 
 
@@ -236,3 +252,83 @@ def test_the_summary_fails_naming_the_folder_when_steps_are_missing(tmp_path):
     result = summarize("--first-step=5", "--last-step=9", f"--mode=sync:{tmp_path / 'sync'}:92.8:1581")
     assert result.returncode == 1
     assert "steps [7, 8, 9]" in result.stderr and str(tmp_path / "sync") in result.stderr
+
+
+# --- any performance recipe of the image's release ------------------------------------------------------------------
+
+
+def test_the_benchmark_takes_any_recipe_that_fits_and_sizes_the_run_from_it(infra):  # noqa: F811
+    h200 = infra[RELEASES[0]]["h200"]
+    four = replace(h200, ray_worker_replicas=4)
+    # One name (as `pulumi config set benchmarkRecipes NAME` stores it), a file name, or a list.
+    for given in (
+        "grpo-qwen3-32b-4n8g",
+        "grpo-qwen3-32b-4n8g.yaml",
+        [f"{performance.PERFORMANCE_DIR}/grpo-qwen3-32b-4n8g.yaml"],
+    ):
+        job = build_job_settings(benchmark_values(benchmarkRecipes=given), four)
+        assert [item.label for item in job.benchmark_recipes] == ["grpo-qwen3-32b-4n8g"]
+        assert job.num_nodes == 4  # the recipe's cluster.num_nodes, not numNodes
+    steps = pipeline_steps(job, four)
+    train = next(step for step in steps if step.name == "train-grpo-qwen3-32b-4n8g")
+    assert "--nodes=4" in entrypoint_text(train)  # each recipe waits for its own nodes
+    assert "--nodes=4" in entrypoint_text(next(step for step in steps if step.name == "preflight-nccl"))
+    run = run_estimate(job, four)
+    assert (run["nodes"], run["secondsPerStep"]) == (4, 376.0)  # NVIDIA's DGX-H100 figure, carried to H200
+    assert "DGX-H100" in " ".join(run["notes"]) and "performance-summary.md" in run["secondsPerStepFrom"]
+    summary = benchmark_summary_command(job, four)
+    assert any(arg.endswith(":376:571") for arg in summary)
+    assert "--published-by=grpo-qwen3-32b-4n8g:NVIDIA DGX-H100 (NeMo RL v0.5.0 performance summary)" in summary
+    # Two models: each fetched once, before the first recipe that trains it.
+    mixed = build_job_settings(
+        benchmark_values(benchmarkRecipes=["grpo-llama3.1-8b-instruct-2n8g", "grpo-qwen3-32b-4n8g"]), four
+    )
+    names = [step.name for step in pipeline_steps(mixed, four)]
+    assert names[names.index("prepare-data") :] == [
+        "prepare-data",
+        "prefetch-weights",
+        "train-grpo-llama3.1-8b-instruct-2n8g",
+        "prefetch-weights-2",
+        "train-grpo-qwen3-32b-4n8g",
+    ]
+    # The 2-node recipe holds 2 of the run's 4 nodes: counted as such.
+    assert run_estimate(mixed, four)["stepGpuHours"] == pytest.approx(
+        (2 * 92.8 + 4 * 376) * 8 * mixed.max_num_steps / 3600, abs=0.01
+    )
+
+
+def test_a_recipe_the_infra_cannot_hold_or_run_unchanged_is_refused_in_one_line(infra):  # noqa: F811
+    h200 = infra[RELEASES[0]]["h200"]
+    with pytest.raises(ConfigError) as error:
+        build_job_settings(benchmark_values(benchmarkRecipes="grpo-qwen3-32b-4n8g"), h200)
+    message = str(error.value)
+    assert "\n" not in message and error.value.key == "benchmarkRecipes"
+    assert "needs 4 nodes of 8 GPUs" in message and "this infra has 2 GPU workers of 8 GPUs" in message
+    assert "grpo-llama3.1-8b-instruct-2n8g-fp8-async-1off" in message  # what fits, named
+    with pytest.raises(ConfigError, match="did you mean 'grpo-qwen3-32b-4n8g'"):
+        build_job_settings(benchmark_values(benchmarkRecipes="grpo-qwen3-32b-4n8"), h200)
+    with pytest.raises(ConfigError, match="needs 2 nodes of 4 GPUs"):  # GB200's 4-GPU recipe on 8-GPU nodes
+        build_job_settings(benchmark_values(benchmarkRecipes="grpo-llama3.1-8b-instruct-2n4g"), h200)
+    big = replace(h200, ray_worker_replicas=64)
+    with pytest.raises(ConfigError, match="trains on DAPOMath17K"):
+        build_job_settings(benchmark_values(benchmarkRecipes="dapo-deepseek-v3-64n8g"), big)
+    v070 = replace(infra["v0.7.0"]["h200"], ray_worker_replicas=64)
+    with pytest.raises(ConfigError, match="NVIDIA's placeholder"):
+        build_job_settings(benchmark_values(benchmarkRecipes="grpo-deepseek-v3-32n8g"), v070)
+    with pytest.raises(ConfigError, match=r"a recipe of NeMo RL v0\.5\.0"):  # v0.7.0's only
+        build_job_settings(benchmark_values(benchmarkRecipes="grpo-qwen3-30ba3b-4n8g-40K"), big)
+    with pytest.raises(ConfigError, match="each recipe once"):
+        build_job_settings(benchmark_values(benchmarkRecipes=["grpo-qwen3-32b-4n8g"] * 2), big)
+    with pytest.raises(ConfigError, match="unset unless benchmark is true"):
+        build_job_settings(stack_values("h200", benchmarkRecipes="grpo-qwen3-32b-4n8g"), h200)
+
+
+def test_a_figure_from_another_release_says_so_and_a_recipe_without_one_is_unknown(infra):  # noqa: F811
+    v070 = replace(infra["v0.7.0"]["h200"], ray_worker_replicas=4)
+    job = build_job_settings(benchmark_values(), v070)  # v0.7.0's summary has no Llama 3.1 8B row
+    summary = benchmark_summary_command(job, v070)
+    assert "for v0.5.0's recipe of this name" in " ".join(summary)
+    assert any("the image runs v0.7.0" in note for note in run_estimate(job, v070)["notes"])
+    forty = build_job_settings(benchmark_values(benchmarkRecipes="grpo-qwen3-30ba3b-4n8g-40K"), v070)
+    assert any(arg.endswith(":unknown:unknown") for arg in benchmark_summary_command(forty, v070))
+    assert run_estimate(forty, v070)["secondsPerStep"] is None

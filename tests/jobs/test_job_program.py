@@ -806,8 +806,9 @@ def test_the_project_files_defaults_are_the_programs(infra_outputs, stack):
     declared = yaml.safe_load(project_file)["config"]
     # Pulumi's schema has no object type: `rerun` and `dataset` are read but not declared, and the file's comment
     # says so.
-    assert set(declared) == {*_PLAIN_KEYS, *_OBJECT_KEYS} - {"rerun", "dataset"}
+    assert set(declared) == {*_PLAIN_KEYS, *_OBJECT_KEYS} - {"rerun", "dataset", "benchmarkRecipes"}
     assert "the object keys `rerun`" in project_file and "and `dataset`" in project_file
+    assert "`benchmarkRecipes`" in project_file
     assert all(d.get("description") for d in declared.values())
     infra = infra_of(infra_outputs[stack])
     stack_file = yaml.safe_load((JOBS / f"Pulumi.{stack}.yaml").read_text())["config"]

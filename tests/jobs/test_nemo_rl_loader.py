@@ -14,8 +14,15 @@ from typing import Any
 import pytest
 import upstream
 from conftest import ROOT, shared_infra_run
-from launcher.pipeline import entrypoint_text, pipeline_steps
-from launcher.settings import FLAT_DATA, InfraOutputs, JobSettings, build_infra_outputs, build_job_settings
+from launcher.pipeline import entrypoint_text, pipeline_steps, recipe_notes
+from launcher.settings import (
+    FLAT_DATA,
+    ConfigError,
+    InfraOutputs,
+    JobSettings,
+    build_infra_outputs,
+    build_job_settings,
+)
 from script_loader import load_script
 from upstream import NemoRlRefusedError, reference, resolve_with_nemo_rl
 
@@ -174,6 +181,89 @@ def test_the_train_step_resolves_with_nemo_rls_loader(infra, release, stack, cha
         assert data["validation"]["data_path"] == f"{folder}/test.jsonl"
         assert data["train"]["dataset_name"] == data["validation"]["dataset_name"] == "ResponseDataset"
         assert (data["default"]["input_key"], data["default"]["output_key"]) == ("input", "output")
+
+
+QWEN3_32B = "examples/configs/recipes/llm/performance/grpo-qwen3-32b-4n8g.yaml"
+LLAMA_8B = "examples/configs/recipes/llm/performance/grpo-llama3.1-8b-instruct-2n8g.yaml"
+MEGATRON_RUN = {"convertToHf": False, "evalFinal": False, "numPromptsPerStep": 64, "numGenerationsPerPrompt": 32}
+# (recipe, job config changes, the Megatron TP x PP x CP the run trains with): NeMo RL's performance recipes as a
+# training run's recipe, their own sizes or sizes an extraOverride changes.
+MEGATRON_CASES = [
+    (QWEN3_32B, {"numNodes": 4, "generationNodes": 0, "vllmTensorParallelSize": 4}, (4, 4, 1)),
+    (QWEN3_32B, {"numNodes": 4, "generationNodes": 2, "vllmTensorParallelSize": 4}, (4, 4, 1)),
+    (
+        QWEN3_32B,
+        {"numNodes": 4, "generationNodes": 0, "vllmTensorParallelSize": 4,
+         "extraOverrides": ["policy.megatron_cfg.tensor_model_parallel_size=8"]},
+        (8, 4, 1),
+    ),
+    (LLAMA_8B, {"numNodes": 2, "generationNodes": 0, "vllmTensorParallelSize": 1}, (1, 2, 1)),
+]  # fmt: skip
+
+
+def megatron_data_parallel_size(config: dict[str, Any]) -> int:
+    """Megatron's data-parallel size from the resolved config: the training GPUs over TP x PP x CP."""
+    policy, cluster = config["policy"], config["cluster"]
+    megatron = policy["megatron_cfg"]
+    colocated = policy["generation"]["colocated"]
+    nodes = cluster["num_nodes"] - (0 if colocated["enabled"] else colocated["resources"]["num_nodes"])
+    sizes = (
+        megatron["tensor_model_parallel_size"]
+        * megatron["pipeline_model_parallel_size"]
+        * megatron["context_parallel_size"]
+    )
+    assert (nodes * cluster["gpus_per_node"]) % sizes == 0
+    return nodes * cluster["gpus_per_node"] // sizes
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize(("recipe", "changes", "sizes"), MEGATRON_CASES)
+def test_a_megatron_recipe_trains_with_its_megatron_sizes(infra, release, recipe, changes, sizes):
+    """The performance recipes train with Megatron: the run keeps their backend and sizes (no DTensor override),
+    and the batch check uses Megatron's data-parallel size, the one NeMo RL shards the batch over."""
+    net = replace(infra[release]["h200"], ray_worker_replicas=4)
+    job = build_job_settings(stack_values("h200", recipe=recipe, **MEGATRON_RUN, **changes), net)
+    assert (job.training_backend, job.training_parallel) == ("megatron", sizes)
+    words = entry_args(job, net)
+    assert not any(word.startswith("policy.dtensor_cfg.") for word in words)
+    config = resolve(job, net)
+    policy = config["policy"]
+    assert policy["megatron_cfg"]["enabled"] is True and policy["dtensor_cfg"]["enabled"] is False
+    megatron = policy["megatron_cfg"]
+    assert (
+        megatron["tensor_model_parallel_size"],
+        megatron["pipeline_model_parallel_size"],
+        megatron["context_parallel_size"],
+    ) == sizes
+    samples = job.train_global_batch_size
+    assert policy["train_global_batch_size"] == samples
+    assert samples % megatron_data_parallel_size(config) == 0
+    assert (config["cluster"]["num_nodes"], config["cluster"]["gpus_per_node"]) == (job.num_nodes, 8)
+
+
+def test_megatron_recipe_settings_that_would_be_ignored_or_cannot_train_are_refused(infra):
+    net = replace(infra[RELEASES[0]]["h200"], ray_worker_replicas=4)
+    run = {"recipe": QWEN3_32B, **MEGATRON_RUN, "numNodes": 4, "generationNodes": 0, "vllmTensorParallelSize": 4}
+    with pytest.raises(ConfigError, match=r"tensor_model_parallel_size \(4 in the recipe\)") as error:
+        build_job_settings(stack_values("h200", **{**run, "dtensorTensorParallelSize": 4}), net)
+    assert error.value.key == "dtensorTensorParallelSize"
+    with pytest.raises(ConfigError, match=r"Megatron TP x PP x CP \(4 x 4 x 1 = 16") as error:
+        build_job_settings(stack_values("h200", **{**run, "numNodes": 3}), net)
+    assert error.value.key == "numNodes"
+    with pytest.raises(ConfigError, match=r"2 data-parallel ranks \(32 training GPUs / the recipe's Megatron"):
+        build_job_settings(stack_values("h200", **{**run, "numPromptsPerStep": 1, "numGenerationsPerPrompt": 1}), net)
+    with pytest.raises(ConfigError, match="converts DTensor checkpoints only") as error:
+        build_job_settings(stack_values("h200", **{**run, "convertToHf": True, "evalFinal": True}), net)
+    assert error.value.key == "convertToHf"
+    # NVIDIA's Qwen3 recipes save no checkpoints: the plan says a retry would start again, and how to resume.
+    job = build_job_settings(stack_values("h200", **run), net)
+    (note,) = recipe_notes(job, net)
+    assert "checkpointing.enabled false" in note and "checkpointing.enabled=true" in note
+    on = build_job_settings(stack_values("h200", **run, extraOverrides=["checkpointing.enabled=true"]), net)
+    assert recipe_notes(on, net) == [] and resolve(on, net)["checkpointing"]["enabled"] is True
+    # Any other recipe is DTensor's, as before.
+    job = build_job_settings(stack_values("h200"), infra[RELEASES[0]]["h200"])
+    assert (job.training_backend, job.training_parallel) == ("dtensor", (8, 1, 1))
 
 
 @pytest.mark.parametrize("release", RELEASES)
