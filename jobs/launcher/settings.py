@@ -12,6 +12,8 @@ from typing import Any
 
 import pulumi
 
+from launcher import checkpoints
+
 # A Kubernetes name that also suits a Ray submission id; suffixes of up to 16 characters are added to it.
 _RUN_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
 _OVERRIDE_RE = re.compile(r"^[+~]{0,2}[A-Za-z_][A-Za-z0-9_.\-]*=.*$")
@@ -517,6 +519,11 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         )
 
     archive = _archive(values, infra)
+    # Lustre holds the checkpoints the run keeps, the weights and the converted model (launcher/checkpoints.py).
+    need = checkpoints.lustre_need(checkpoints.model_of(model, recipe), max_num_steps, extra, convert_to_hf)
+    space = checkpoints.lustre_space_problem(need, infra.lustre_capacity_gib) if need else None
+    if space:
+        raise ConfigError("model" if model else "recipe", model or recipe, space)
 
     return JobSettings(
         infra_stack=infra_stack,
