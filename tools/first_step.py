@@ -124,7 +124,8 @@ RECIPE_MODELS: Mapping[str, str] = {
     # The benchmark's first train step (jobs/Pulumi.h200-benchmark.yaml).
     "examples/configs/recipes/llm/performance/grpo-llama3.1-8b-instruct-2n8g.yaml": "meta-llama/Llama-3.1-8B-Instruct",
     "examples/configs/recipes/llm/performance/grpo-qwen3-235b-32n8g-async-1off.yaml": "Qwen/Qwen3-235B-A22B",
-    "examples/configs/recipes/llm/performance/grpo-deepseek-v3-32n8g.yaml": "unsloth/DeepSeek-V3-0324-BF16",
+    # Not grpo-deepseek-v3-32n8g: its policy.model_name is a placeholder at v0.7.0 (a pointer to NeMo RL's DeepSeek
+    # guide), so the model is the user's.
 }
 
 # What would shorten the dominant phase next, by phase (or resource type of the provisioning timeline).

@@ -137,3 +137,27 @@ def checkpoint_write_note(need: LustreNeed | None, capacity_gib: int, tier_mbps_
         "lustre.perUnitStorageThroughput (set at creation) shortens it, a longer checkpointing.save_period makes "
         "it rarer"
     )
+
+
+# GPU memory per GPU, GB (10^9 bytes), by gpuType: H200 141 GB (the GKE accelerator name, nvidia-h200-141gb);
+# B200 180 GB (Compute Engine's A4 machine: 8 B200, 1,440 GB of GPU memory).
+GPU_MEMORY_GB = {"nvidia-h200-141gb": 141.0, "nvidia-b200": 180.0}
+# vLLM's default gpu_memory_utilization, which the evaluations keep.
+EVAL_GPU_MEMORY_FRACTION = 0.9
+
+
+def eval_fit_problem(model: str, gpu_type: str, gpus_per_node: int) -> str | None:
+    """Why the evaluations (one GPU node each, jobs/launcher/pipeline.py) cannot load the model's bf16 weights, or
+    None; None too for a model or GPU without a figure here (unknown, not guessed)."""
+    size, per_gpu = MODEL_SIZES.get(model), GPU_MEMORY_GB.get(gpu_type)
+    if size is None or per_gpu is None:
+        return None
+    weights_gb = size.billions * WEIGHT_BYTES_PER_PARAMETER
+    room_gb = per_gpu * gpus_per_node * EVAL_GPU_MEMORY_FRACTION
+    if weights_gb <= room_gb:
+        return None
+    return (
+        f"false for {model}: an evaluation runs on one GPU node, and its bf16 weights ({weights_gb:,.0f} GB, "
+        f"{size.billions:g}B parameters; {size.source}) exceed what vLLM may use there ({gpus_per_node} x "
+        f"{per_gpu:g} GB x {EVAL_GPU_MEMORY_FRACTION:g} = {room_gb:,.0f} GB)"
+    )

@@ -524,6 +524,10 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
     space = checkpoints.lustre_space_problem(need, infra.lustre_capacity_gib) if need else None
     if space:
         raise ConfigError("model" if model else "recipe", model or recipe, space)
+    too_big = checkpoints.eval_fit_problem(checkpoints.model_of(model, recipe), infra.gpu_type, infra.gpus_per_node)
+    for key, on in (("evalBase", _bool("evalBase", values.get("evalBase", not benchmark))), ("evalFinal", eval_final)):
+        if on and too_big:
+            raise ConfigError(key, on, too_big)
 
     return JobSettings(
         infra_stack=infra_stack,

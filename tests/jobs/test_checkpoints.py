@@ -62,11 +62,12 @@ def test_a_run_whose_checkpoints_overflow_lustre_is_refused(infra32: InfraOutput
     message = str(error)
     for fragment in ("18000 GiB", "lustre.capacityGib", "671B parameters", "9.4 TB", "4 checkpoint(s)", "keep_top_k"):
         assert fragment in message, fragment
-    # Ten steps keep one checkpoint: it fits.
-    assert settings(infra32, recipe=DEEPSEEK, maxNumSteps=10).num_nodes == 32
+    # Ten steps keep one checkpoint: it fits (without the evaluations, which cannot load it on one node).
+    no_eval = {"evalBase": False, "evalFinal": False}
+    assert settings(infra32, recipe=DEEPSEEK, maxNumSteps=10, **no_eval).num_nodes == 32
     # Fewer kept checkpoints fit too.
-    settings(infra32, recipe=DEEPSEEK, maxNumSteps=500, convertToHf=False, evalFinal=False,
-             extraOverrides=["checkpointing.keep_top_k=0"])  # fmt: skip
+    keep_none = ["checkpointing.keep_top_k=0"]
+    settings(infra32, recipe=DEEPSEEK, maxNumSteps=500, convertToHf=False, extraOverrides=keep_none, **no_eval)
 
 
 def test_a_slow_checkpoint_is_said_with_the_throughput(infra32: InfraOutputs):
@@ -85,3 +86,19 @@ def test_recipe_models_are_what_the_recipes_train():
         resolved = resolve_with_nemo_rl(reference("nemo-rl-v0.5.0"), [f"--config={recipe}"])
         assert resolved["policy"]["model_name"] == model, recipe
         assert model in checkpoints.MODEL_SIZES
+
+
+def test_an_evaluation_that_cannot_load_the_model_on_one_node_is_refused(infra32: InfraOutputs):
+    """Evaluations run on one GPU node: DeepSeek V3's 1.3 TB of bf16 weights do not fit eight H200s (1,015 GB at
+    vLLM's 0.9), Qwen3-235B's 470 GB do."""
+    problem = checkpoints.eval_fit_problem("unsloth/DeepSeek-V3-0324-BF16", "nvidia-h200-141gb", 8)
+    assert problem and "1,342 GB" in problem and "1,015 GB" in problem
+    assert checkpoints.eval_fit_problem("Qwen/Qwen3-235B-A22B", "nvidia-h200-141gb", 8) is None
+    assert checkpoints.eval_fit_problem("unknown/model", "nvidia-h200-141gb", 8) is None
+    with pytest.raises(ConfigError) as caught:
+        settings(infra32, recipe=DEEPSEEK, maxNumSteps=10, evalBase=True, evalFinal=False)
+    assert caught.value.key == "evalBase" and "one GPU node" in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        settings(infra32, recipe=DEEPSEEK, maxNumSteps=10, evalBase=False)
+    assert caught.value.key == "evalFinal"
+    assert settings(infra32, recipe=DEEPSEEK, maxNumSteps=10, evalBase=False, evalFinal=False).recipe == DEEPSEEK
