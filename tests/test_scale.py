@@ -151,3 +151,16 @@ def test_gpu_workers_prefer_one_subblock_then_one_block():
     # Preferred, never required: a run must start when its sub-block is full.
     assert "requiredDuringSchedulingIgnoredDuringExecution" not in group["affinity"]["podAffinity"]
     assert "affinity" in values["head"] and "podAffinity" not in values["head"]["affinity"]
+
+
+def test_the_cost_estimate_counts_every_gpu_node():
+    from infra.cost import estimate
+    from infra.prices import HOURS_PER_MONTH
+    from infra.stack import cost_inputs
+
+    two, many = (estimate(cost_inputs(build_settings({**BASE, "gpuNodes": n}))).as_output() for n in (2, 32))
+    per_node = many["gpuNodePerHour"]
+    assert per_node == two["gpuNodePerHour"]  # the rate does not change with the count
+    # 30 more nodes, each with its boot disk.
+    per_node_hour = per_node + many["gpuNodeBootDiskPerMonth"] / HOURS_PER_MONTH
+    assert many["perHourWhileGpusRun"] - two["perHourWhileGpusRun"] == pytest.approx(30 * per_node_hour, abs=0.05)

@@ -102,3 +102,13 @@ def test_an_evaluation_that_cannot_load_the_model_on_one_node_is_refused(infra32
         settings(infra32, recipe=DEEPSEEK, maxNumSteps=10, evalBase=False)
     assert caught.value.key == "evalFinal"
     assert settings(infra32, recipe=DEEPSEEK, maxNumSteps=10, evalBase=False, evalFinal=False).recipe == DEEPSEEK
+
+
+def test_the_run_estimate_counts_the_runs_32_nodes(infra32: InfraOutputs):
+    from launcher.cost import run_estimate
+
+    job = settings(infra32, recipe=QWEN, asyncGrpo=True, maxNumSteps=10, secondsPerStep="200")
+    run = run_estimate(job, infra32)
+    assert run["nodes"] == 32
+    assert run["stepGpuHours"] == pytest.approx(32 * 8 * 10 * 200 / 3600, abs=0.01)
+    assert run["evalGpuHours"] == pytest.approx(32 * 8 * run["evalMinutes"] / 60, abs=0.01)  # the others wait
