@@ -300,6 +300,9 @@ def _autoscaler_token_volume() -> dict[str, Any]:
     }
 
 
+NODE_NAME_ENV = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+
+
 def _nccl_env(settings: InfraSettings) -> list[dict[str, Any]]:
     return [
         _env("NCCL_NET", "gIB"),
@@ -424,7 +427,8 @@ def _gpu_workers(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any
         "podSecurityContext": POD_SECURITY_CONTEXT,
         "securityContext": RAY_CONTAINER_SECURITY_CONTEXT,
         "command": _bash(worker_start_script()),
-        "containerEnv": _nccl_env(settings),
+        # The node's name for the NCCL pre-flight's report (its blocks and sub-blocks: jobs/scripts/topology_report.py).
+        "containerEnv": [*_nccl_env(settings), NODE_NAME_ENV],
         "resources": _fixed_resources(
             {**_pod_resources(settings.ray_worker), GPU_RESOURCE: preset.gpus_per_node},
         ),
