@@ -136,9 +136,11 @@ def head_problems(cpu: str, memory: str, workers: int) -> list[RangeProblem]:
 
 # Compact placement (GKE docs: how-to/compact-placement; AI Hypercomputer docs: placement-policy-and-workload-policy):
 # - nodes of a compact placement are in one zone (the GPU pool is single-zone: node_locations=[zone]);
-# - a compact placement group holds at most 1,500 nodes;
-# - VMs from a reservation are already placed densely by the reservation (its blocks and sub-blocks), and a
-#   reservation-bound node pool takes no compact placement policy: only spot and flex-start pools get one;
+# - a compact placement group holds at most 1,500 nodes (the page's current figure, given in its Autopilot section;
+#   older versions of the page said 150: a spot or flex-start pool past 150 nodes may still be refused by GKE);
+# - VMs obtained through a reservation are already densely colocated by it (its blocks and sub-blocks, AI Hypercomputer
+#   doc), so a reservation-bound pool is given no policy of ours: only spot and flex-start pools get one (whether GKE
+#   would accept one on a reservation-bound pool is not verified here);
 # - A3 Ultra (a3-ultragpu-8g) and A4 (a4-highgpu-8g) are among the GPU machines compact placement policies apply
 #   to (AI Hypercomputer placement-policy doc lists A4X, A4, A3 Ultra, A3 Mega, A3 High).
 COMPACT_PLACEMENT_MAX_NODES = 1_500
