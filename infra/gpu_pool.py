@@ -11,6 +11,7 @@ from infra.cluster import AUTOSCALED_FIELDS, CLOUD_PLATFORM_SCOPE, SHIELDED_NODE
 from infra.gke_rules import IMAGE_CACHE_DISK_MODE, flex_start_violations
 from infra.network import Networks
 from infra.presets import GpuPreset
+from infra.scale import compact_placement
 
 GPU_POOL_NAME = "gpu-pool"
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
@@ -69,6 +70,18 @@ def provisioning_config(provisioning: str, reservation: str | None) -> dict[str,
     if provisioning == "flexStart":
         return {"flex_start": True, "reservation_affinity": no_reservation}
     raise ValueError(f"unknown GPU provisioning mode {provisioning!r}")
+
+
+def placement_policy(
+    provisioning: str, machine_type: str, max_nodes: int
+) -> gcp.container.NodePoolPlacementPolicyArgs | None:
+    """Node-pool fields for compact placement: spot and flex-start pools of A3 Ultra / A4 ask GKE to place their
+    nodes close together (infra/scale.py names the limits and their sources). A reservation's nodes are placed by
+    the reservation itself, in its blocks and sub-blocks, and its pool takes no policy; the Ray workers then prefer
+    one sub-block, then one block, by pod affinity (workloads/ray_values.py)."""
+    if not compact_placement(provisioning, machine_type, max_nodes):
+        return None
+    return gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT")
 
 
 def pool_management(provisioning: str) -> gcp.container.NodePoolManagementArgs:
@@ -141,6 +154,7 @@ class GpuNodePool(pulumi.ComponentResource):
             # Reserved capacity has no room for a surge node: upgrade one node at a time in place.
             upgrade_settings=gcp.container.NodePoolUpgradeSettingsArgs(max_surge=0, max_unavailable=1),
             network_config=gcp.container.NodePoolNetworkConfigArgs(additional_node_network_configs=additional_networks),
+            placement_policy=placement_policy(args.provisioning, preset.machine_type, args.max_nodes),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=preset.machine_type,
                 guest_accelerators=[

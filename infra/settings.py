@@ -13,7 +13,7 @@ from typing import Any
 
 import pulumi
 
-from infra import day2, gke_rules, zones
+from infra import day2, gke_rules, scale, zones
 from infra.nemo_rl_releases import DEFAULT_IMAGE, NEMO_RL_RELEASES, NemoRlRelease, release_for
 from infra.presets import CPU_MACHINES, GPU_PRESETS, CpuMachine, GpuPreset
 from infra.sizing import allocatable_cpu, allocatable_memory_bytes, cpu_cores, memory_bytes
@@ -324,6 +324,33 @@ def check_fits(
         )
 
 
+def check_scale(
+    ranges: NetworkRanges,
+    gpu_nodes: int,
+    cpu_max_nodes: int,
+    workers: int,
+    ray_head: PodResources,
+    provisioning: str,
+    machine_type: str,
+) -> None:
+    """What N GPU nodes need (infra/scale.py): address ranges that hold every node, a Ray head sized for the
+    workers, a compact placement group that holds the pool. The first problem is raised."""
+    problems = scale.range_problems(
+        ranges.cluster_subnet,
+        ranges.pods,
+        ranges.services,
+        ranges.gvnic_subnet,
+        ranges.rdma_subnets,
+        gpu_nodes,
+        cpu_max_nodes,
+    )
+    problems += scale.head_problems(ray_head.cpu, ray_head.memory, workers)
+    compact = scale.compact_placement_problem(provisioning, machine_type, gpu_nodes)
+    problems += [compact] if compact else []
+    for problem in problems:
+        raise ConfigError(problem.key, problem.value, problem.allowed)
+
+
 def _shm_size(value: Any, ray_worker: PodResources) -> str:
     size = str(value)
     try:
@@ -498,6 +525,8 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
     check_fits("rayHead", ray_head, cpu_machine_type, cpu_machine.vcpus, cpu_machine.memory_gb, head_extra)
     ray_worker = _pod_resources("rayWorker", values.get("rayWorker"), PodResources(cpu="206", memory="2400Gi"))
     check_fits("rayWorker", ray_worker, preset.machine_type, preset.vcpus, preset.memory_gb, (IMAGE_HOLDER,))
+    ranges = _ranges(values.get("networkRanges"))
+    check_scale(ranges, gpu_nodes, cpu_max, replicas, ray_head, provisioning, preset.machine_type)
 
     return InfraSettings(
         project=project,
@@ -523,7 +552,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         lustre=_lustre(values.get("lustre")),
         protect_data=_as_bool("protectData", values.get("protectData", True)),
         deletion_protection=_as_bool("deletionProtection", values.get("deletionProtection", False)),
-        ranges=_ranges(values.get("networkRanges")),
+        ranges=ranges,
         namespace=namespace,
         kubernetes_service_account=ksa,
         nemo_rl_image=image,

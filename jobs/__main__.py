@@ -2,6 +2,7 @@
 
 import pulumi
 import pulumi_kubernetes as k8s
+from launcher import checkpoints
 from launcher.cost import run_estimate
 from launcher.job import PipelineJob, PipelineJobArgs
 from launcher.pipeline import (
@@ -35,7 +36,14 @@ async def main() -> None:
     infra = await read_infra_outputs(infra_ref, str(values["infraStack"]))
     job = build_job_settings(values, infra)
     steps = pipeline_steps(job, infra)
-    for warning in [*model_notes(job), *recipe_notes(job, infra), *rerun_warnings(steps)]:
+    need = checkpoints.lustre_need(
+        checkpoints.model_of(job.model, job.recipe),
+        job.max_num_steps,
+        job.extra_overrides,
+        job.convert_to_hf,
+    )
+    slow = checkpoints.checkpoint_write_note(need, infra.lustre_capacity_gib, infra.lustre_throughput_mbps_per_tib)
+    for warning in [*model_notes(job), *recipe_notes(job, infra), *rerun_warnings(steps), *([slow] if slow else [])]:
         pulumi.log.warn(warning)
 
     # Replaced only when the infra's cluster is (the Job with it); a kubeconfig change is an update.

@@ -84,12 +84,22 @@ def gpu_workers(nodes: Iterable[Mapping[str, object]], gpus_per_node: int) -> in
     return count
 
 
+# Ray's State API returns at most `limit` entries, 100 unless told (ray.util.state.common.DEFAULT_LIMIT at Ray 2.49.2
+# and 2.55.1): with 100 or more Ray nodes the wait would never see every worker. 10,000 is the most the API server
+# returns (RAY_MAX_LIMIT_FROM_API_SERVER's default at both versions).
+LIST_NODES_LIMIT = 10_000
+
+
 def alive_nodes(address: str) -> list[dict[str, object]]:
     from ray.util.state import list_nodes
 
     try:
         nodes = list_nodes(
-            address=address, filters=[("state", "=", "ALIVE")], timeout=30, raise_on_missing_output=False
+            address=address,
+            filters=[("state", "=", "ALIVE")],
+            limit=LIST_NODES_LIMIT,
+            timeout=30,
+            raise_on_missing_output=False,
         )
     except Exception as exc:
         refusal = auth_refusal(exc)

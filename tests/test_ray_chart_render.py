@@ -154,3 +154,23 @@ def test_chart_dir_is_the_pinned_version():
     kuberay = reference(KUBERAY)
     assert yaml.safe_load((kuberay / CHART_PATH / "Chart.yaml").read_text())["version"] == CHART_VERSION
     assert (kuberay / CRD_PATH).is_file()
+
+
+def test_the_chart_passes_the_workers_topology_affinity(chart: Any, crd_schema: dict[str, Any]):
+    """The ray-cluster chart renders a worker group's `affinity` into its pod template (templates/
+    raycluster-cluster.yaml, additionalWorkerGroups): the preferred pod affinity to one reservation sub-block, then
+    one block, reaches the RayCluster KubeRay reads, and the CRD accepts it."""
+    from workloads.ray_values import TOPOLOGY_BLOCK_LABEL, TOPOLOGY_SUBBLOCK_LABEL, topology_affinity
+
+    values = build_ray_values(build_settings({**BASE, "reservation": "r", "gpuNodes": 32}), refs())
+    cluster = render_raycluster(chart, values)
+    check_against_crd(cluster, crd_schema)
+    (group,) = [g for g in cluster["spec"]["workerGroupSpecs"] if g["groupName"] == WORKER_GROUP]
+    affinity = group["template"]["spec"]["affinity"]
+    assert affinity == topology_affinity(values["fullnameOverride"])
+    terms = affinity["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    keys = [t["podAffinityTerm"]["topologyKey"] for t in terms]
+    assert keys == [TOPOLOGY_SUBBLOCK_LABEL, TOPOLOGY_BLOCK_LABEL]
+    assert group["maxReplicas"] == 32
+    # The head keeps its own node affinity and no pod affinity.
+    assert "podAffinity" not in cluster["spec"]["headGroupSpec"]["template"]["spec"]["affinity"]

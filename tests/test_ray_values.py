@@ -267,7 +267,8 @@ def test_gpu_workers_follow_the_preset_and_settings(settings: InfraSettings) -> 
     assert group["resources"] == {"requests": expected, "limits": expected}
     assert settings.preset.gpus_per_node == 8
 
-    env = {entry["name"]: entry["value"] for entry in group["containerEnv"]}
+    env = {entry["name"]: entry.get("value", entry.get("valueFrom")) for entry in group["containerEnv"]}
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}  # for the pre-flight's topology report
     assert env["NCCL_TUNER_CONFIG_PATH"] == f"/usr/local/gib/configs/{tuner}"
     assert env["NCCL_NET"] == "gIB"
     assert env["NCCL_IB_GID_INDEX"] == "3"

@@ -108,6 +108,14 @@ MODELS: Mapping[str, Figure] = {
     "Qwen/Qwen3-32B": Figure(
         32.8, "B parameters", "published: Qwen3-32B has 32.8B parameters (its Hugging Face model card)"
     ),
+    # The 32-node performance recipes (tests/test_plan_32_nodes.py plans one): a mixture of experts downloads every
+    # expert, so the total count.
+    "Qwen/Qwen3-235B-A22B": Figure(
+        235, "B parameters", "published: Qwen3-235B-A22B has 235B parameters in total (its model card)"
+    ),
+    "unsloth/DeepSeek-V3-0324-BF16": Figure(
+        671, "B parameters", "published: DeepSeek-V3 has 671B parameters in total (its model card)"
+    ),
 }
 UNKNOWN_MODEL = Figure(8.0, "B parameters", "estimate: a recipe without a figure here; an 8B model assumed")
 # The model each shipped recipe trains (policy.model_name; tests hold this against the recipes with NeMo RL's loader).
@@ -120,6 +128,9 @@ RECIPE_MODELS: Mapping[str, str] = {
     "examples/configs/recipes/llm/performance/grpo-llama3.1-8b-instruct-2n8g.yaml": "meta-llama/Llama-3.1-8B-Instruct",
     # The 4-node example's (jobs/Pulumi.h200-4node.yaml).
     "examples/configs/recipes/llm/performance/grpo-qwen3-32b-4n8g.yaml": "Qwen/Qwen3-32B",
+    "examples/configs/recipes/llm/performance/grpo-qwen3-235b-32n8g-async-1off.yaml": "Qwen/Qwen3-235B-A22B",
+    # Not grpo-deepseek-v3-32n8g: its policy.model_name is a placeholder at v0.7.0 (a pointer to NeMo RL's DeepSeek
+    # guide), so the model is the user's.
 }
 
 # What would shorten the dominant phase next, by phase (or resource type of the provisioning timeline).

@@ -81,6 +81,8 @@ KIND_ORDER = (
     "ServiceAccount",
     "Role",
     "RoleBinding",
+    "ClusterRole",
+    "ClusterRoleBinding",
     "Secret",
     "ConfigMap",
     "PersistentVolume",

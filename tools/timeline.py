@@ -143,6 +143,10 @@ DURATIONS: Mapping[str, Duration] = {
     ),
     "kubernetes:rbac.authorization.k8s.io/v1:Role": Duration(0.05, "estimate: seconds (Kubernetes object)"),
     "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding": Duration(0.05, "estimate: seconds (Kubernetes object)"),
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole": Duration(0.05, "estimate: seconds (Kubernetes object)"),
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding": Duration(
+        0.05, "estimate: seconds (Kubernetes object)"
+    ),
     "kubernetes:apps/v1:Deployment": Duration(
         0.1, "estimate: seconds; the provider waits for the pod, which starts from an image already on the node"
     ),

@@ -107,6 +107,19 @@ GENERATED_START_CMD_ENV = "KUBERAY_GEN_RAY_START_CMD"
 NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 GPU_RESOURCE = "nvidia.com/gpu"
+# GKE's node labels for where an A3 Ultra / A4 VM sits in its reservation: nodes of one sub-block share the fastest
+# fabric, then nodes of one block (GKE docs: how-to/gpu-bandwidth-gpudirect-rdma and the AI Hypercomputer topology
+# pages, which place workloads with these labels).
+TOPOLOGY_SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
+TOPOLOGY_BLOCK_LABEL = "cloud.google.com/gce-topology-block"
+# Preferred-affinity weights (1..100): one sub-block first, one block next. The scheduler adds the weights of the
+# terms a node satisfies, so a node in the workers' sub-block (and hence their block) scores 100 + 50, one in their
+# block only 50.
+SUBBLOCK_AFFINITY_WEIGHT = 100
+BLOCK_AFFINITY_WEIGHT = 50
+# Labels KubeRay sets on every Ray pod it creates (tools/ray_pods.py models them: labelPod at v1.5.1).
+KUBERAY_CLUSTER_LABEL = "ray.io/cluster"
+KUBERAY_GROUP_LABEL = "ray.io/group"
 PART_OF = "nemo-rl-gke"
 
 # Pod volume names.
@@ -287,6 +300,9 @@ def _autoscaler_token_volume() -> dict[str, Any]:
     }
 
 
+NODE_NAME_ENV = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+
+
 def _nccl_env(settings: InfraSettings) -> list[dict[str, Any]]:
     return [
         _env("NCCL_NET", "gIB"),
@@ -411,11 +427,13 @@ def _gpu_workers(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any
         "podSecurityContext": POD_SECURITY_CONTEXT,
         "securityContext": RAY_CONTAINER_SECURITY_CONTEXT,
         "command": _bash(worker_start_script()),
-        "containerEnv": _nccl_env(settings),
+        # The node's name for the NCCL pre-flight's report (its blocks and sub-blocks: jobs/scripts/topology_report.py).
+        "containerEnv": [*_nccl_env(settings), NODE_NAME_ENV],
         "resources": _fixed_resources(
             {**_pod_resources(settings.ray_worker), GPU_RESOURCE: preset.gpus_per_node},
         ),
         "nodeSelector": {ACCELERATOR_LABEL: preset.gpu_type},
+        "affinity": topology_affinity(refs.cluster_name),
         # GKE's GPU taint only: not the tutorial's impending-node-termination or user-workload tolerations, nor its
         # unmounted ray-tmp volume (docs/design.md#left-out says why).
         "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
@@ -435,6 +453,29 @@ def _gpu_workers(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any
             {"name": VOLUME_DATA, "mountPath": LUSTRE_MOUNT_PATH},
         ],
         "sidecarContainers": [_log_sidecar(settings)],
+    }
+
+
+def topology_affinity(cluster_name: str) -> dict[str, Any]:
+    """Preferred pod affinity of the GPU workers to each other: a worker prefers a node whose reservation
+    sub-block already holds workers of this Ray cluster, then one whose block does. Preferred, not required: the
+    first worker has no peer to follow, spot and flex-start nodes may carry no block labels, and a run must still
+    start when its sub-block is full. Pod affinity rather than Kueue topology-aware scheduling: the project runs no
+    Kueue (runs queue in the submitter, jobs/submitter/admission.py), and KubeRay creates the worker pods itself."""
+    selector = {"matchLabels": {KUBERAY_CLUSTER_LABEL: cluster_name, KUBERAY_GROUP_LABEL: WORKER_GROUP}}
+    return {
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": weight,
+                    "podAffinityTerm": {"labelSelector": selector, "topologyKey": key},
+                }
+                for weight, key in (
+                    (SUBBLOCK_AFFINITY_WEIGHT, TOPOLOGY_SUBBLOCK_LABEL),
+                    (BLOCK_AFFINITY_WEIGHT, TOPOLOGY_BLOCK_LABEL),
+                )
+            ]
+        }
     }
 
 

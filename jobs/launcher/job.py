@@ -30,6 +30,7 @@ SCRIPT_FILES = (
     "scripts/prefetch_weights.py",
     "scripts/prepare_openmathinstruct2.py",
     "scripts/benchmark_summary.py",
+    "scripts/topology_report.py",
     "preflight/nccl_allreduce.py",
     "preflight/lustre_io.py",
 )
@@ -255,13 +256,13 @@ class PipelineJob(pulumi.ComponentResource):
             ),
             # A Job's template cannot change in place: a new pipeline replaces it, and the idempotent submission
             # ids make the new pod resume where the old one stopped.
-            # The Role and its binding are deleted only after the Job (and so its pod) is gone.
+            # The roles and their bindings are deleted only after the Job (and so its pod) is gone.
             # spec.podFailurePolicy is immutable too, but the provider does not know it: replace rather than fail
             # an in-place patch.
             opts=pulumi.ResourceOptions(
                 parent=self,
                 delete_before_replace=True,
-                depends_on=[access.role, access.binding] if access else None,
+                depends_on=[access.role, access.binding, access.node_reader, access.node_binding] if access else None,
                 replace_on_changes=["spec.podFailurePolicy"],
                 custom_timeouts=pulumi.CustomTimeouts(delete=DELETE_TIMEOUT),
             ),
@@ -318,7 +319,35 @@ class PipelineJob(pulumi.ComponentResource):
             ],
             opts=child,
         )
-        return ApiAccess(service_account=account, role=role, binding=binding)
+        # After the NCCL pre-flight, the blocks and sub-blocks of the run's GPU nodes (scripts/topology_report.py):
+        # node labels are not in the downward API. `get` on nodes only: no list or watch, nothing else cluster-wide
+        # (nodes are cluster-scoped, so a ClusterRole; node names are not known ahead, so no resourceNames).
+        cluster_meta = k8s.meta.v1.ObjectMetaArgs(name=node_reader_name(job, infra), labels=labels)
+        node_reader = k8s.rbac.v1.ClusterRole(
+            f"{name}-node-reader",
+            metadata=cluster_meta,
+            rules=[k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], verbs=["get"])],
+            opts=child,
+        )
+        node_binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-node-reader",
+            metadata=cluster_meta,
+            role_ref=k8s.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=node_reader.metadata.name
+            ),
+            subjects=[
+                k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=infra.namespace)
+            ],
+            opts=child,
+        )
+        return ApiAccess(
+            service_account=account, role=role, binding=binding, node_reader=node_reader, node_binding=node_binding
+        )
+
+
+def node_reader_name(job: JobSettings, infra: InfraOutputs) -> str:
+    """Cluster-wide, so named after the namespace too: two Ray namespaces may hold runs of the same name."""
+    return f"{infra.namespace}-{job.run_name}-node-reader"
 
 
 @dataclass(frozen=True)
@@ -326,6 +355,8 @@ class ApiAccess:
     service_account: k8s.core.v1.ServiceAccount
     role: k8s.rbac.v1.Role
     binding: k8s.rbac.v1.RoleBinding
+    node_reader: k8s.rbac.v1.ClusterRole
+    node_binding: k8s.rbac.v1.ClusterRoleBinding
 
 
 def api_token_volume() -> k8s.core.v1.VolumeArgs:

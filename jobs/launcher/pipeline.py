@@ -561,6 +561,20 @@ def prefetch_step(job: JobSettings, scripts: str, train_args: list[str], licence
     )
 
 
+TOPOLOGY_REPORT = f"{SCRIPTS_MOUNT}/topology_report.py"
+
+
+def nccl_report_file(job: JobSettings, infra: InfraOutputs) -> str:
+    """The NCCL pre-flight's JSON report on Lustre: per rank, the Kubernetes node it ran on."""
+    return f"{checkpoint_dir(job, infra)}/preflight-nccl.json"
+
+
+def topology_command(job: JobSettings, infra: InfraOutputs) -> list[str]:
+    """In the submitter, after preflight-nccl: the reservation blocks and sub-blocks of the run's nodes (informational,
+    never fails the run)."""
+    return ["python", TOPOLOGY_REPORT, f"--report={nccl_report_file(job, infra)}"]
+
+
 def _in_nemo_rl(script: str, *args: str) -> list[str]:
     """Run a Python script with NeMo RL's own environment (torch, ray, datasets), from its directory."""
     return ["cd", NEMO_RL_DIR, "&&", "uv", "run", "python", script, *args]
@@ -588,6 +602,7 @@ def _planned_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
                     f"--nodes={gpu_nodes_to_check(job, infra)}",
                     f"--gpus-per-node={infra.gpus_per_node}",
                     f"--min-busbw-gbps={job.preflight.min_busbw_gbps:g}",
+                    f"--json-out={nccl_report_file(job, infra)}",
                 ),
                 on_failure=(
                     "the GPU fabric: RDMA interfaces eth2-eth9 on the worker pods (networking.gke.io/interfaces), "
@@ -862,6 +877,8 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
             "  exit $rc",
             "}",
         ]
+        if step.name == "preflight-nccl":
+            lines.append(f"{shlex.join(topology_command(job, infra))} || true")
     lines.append(f"echo 'all {len(steps)} steps succeeded; checkpoints in {checkpoint_dir(job, infra)}'")
     summary = eval_summary_command(job, infra)
     if summary:  # last, so the accuracy line ends the Job's log

@@ -12,7 +12,7 @@ from typing import Any
 
 import pulumi
 
-from launcher import performance
+from launcher import checkpoints, performance
 from launcher.performance import PerformanceRecipe
 from launcher.step_times import Published, published_for
 
@@ -549,6 +549,15 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
             "converts DTensor checkpoints only (NeMo RL's examples/converters/convert_dcp_to_hf.py); evalFinal needs "
             "the conversion, so set it false too",
         )
+    # Lustre holds the checkpoints the run keeps, the weights and the converted model (launcher/checkpoints.py).
+    need = checkpoints.lustre_need(checkpoints.model_of(model, recipe), max_num_steps, extra, convert_to_hf)
+    space = checkpoints.lustre_space_problem(need, infra.lustre_capacity_gib) if need else None
+    if space:
+        raise ConfigError("model" if model else "recipe", model or recipe, space)
+    too_big = checkpoints.eval_fit_problem(checkpoints.model_of(model, recipe), infra.gpu_type, infra.gpus_per_node)
+    for key, on in (("evalBase", _bool("evalBase", values.get("evalBase", not benchmark))), ("evalFinal", eval_final)):
+        if on and too_big:
+            raise ConfigError(key, on, too_big)
 
     return JobSettings(
         infra_stack=infra_stack,

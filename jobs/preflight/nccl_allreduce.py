@@ -64,6 +64,7 @@ PATTERN_MOD = 7
 SAMPLE_ELEMS = 8
 
 GIB_PLUGIN_DIR = "/usr/local/gib/lib64"
+NODE_NAME_ENV = "NODE_NAME"
 NCCL_VARS_WE_SET = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
 
 
@@ -516,6 +517,9 @@ class NcclActor:
         )
         self.store = None
         result.update(self.slot)
+        # The Kubernetes node (the workers get it through the downward API): scripts/topology_report.py looks up its
+        # reservation block and sub-block.
+        result["node_name"] = os.environ.get(NODE_NAME_ENV, "")
         return result
 
 
@@ -586,7 +590,8 @@ def node_reports(results: list[dict[str, Any]]) -> list[str]:
     for host, ranks in by_host.items():
         first = ranks[0]
         devices = _unique([r["device"] for r in ranks])
-        lines.append(f"# node {host}: ranks {[r['rank'] for r in ranks]}, {len(ranks)} x {', '.join(devices)}")
+        on = f" on Kubernetes node {first['node_name']}" if first.get("node_name") else ""
+        lines.append(f"# node {host}{on}: ranks {[r['rank'] for r in ranks]}, {len(ranks)} x {', '.join(devices)}")
         logs = [r["nccl_log"] for r in ranks if r.get("nccl_log")]
         if logs:
             merged = {key: _unique([v for log in logs for v in log[key]]) for key in logs[0]}

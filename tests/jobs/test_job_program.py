@@ -298,6 +298,7 @@ def test_pipeline_script_runs_each_step_through_the_submitter_and_stops_on_failu
     assert log.read_text().split() == [
         "wait_for_workers.py",
         "exp2-preflight-nccl",
+        "topology_report.py",  # the blocks and sub-blocks the run landed on, after the NCCL pre-flight
         "exp2-preflight-lustre",
         "exp2-prepare-data",
         "exp2-prefetch-weights",
@@ -407,7 +408,8 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
         "ray_submit.py", "wait_for_workers.py", "admission.py", "prepare_gsm8k.py", "prepare_jsonl.py",
         "convert_checkpoint.py", "nccl_allreduce.py", "lustre_io.py", "checkpoint_guard.py", "export_gcs.py",
         "archive_gcs.py", "eval_model.py", "eval_summary.py",
-        "prefetch_weights.py", "prepare_openmathinstruct2.py", "benchmark_summary.py", "pipeline.sh", *package,
+        "prefetch_weights.py", "prepare_openmathinstruct2.py", "benchmark_summary.py", "topology_report.py",
+        "pipeline.sh", *package,
     }  # fmt: skip
     assert config_map["data"]["ray_submit.py"] == (JOBS / "ray_submit.py").read_text()
     assert config_map["data"]["submitter.attempts.py"] == (JOBS / "submitter" / "attempts.py").read_text()
@@ -532,6 +534,8 @@ def test_destroying_the_job_stack_touches_no_data(infra_outputs):
         "kubernetes:core/v1:ConfigMap",
         "kubernetes:core/v1:ServiceAccount",
         "kubernetes:networking.k8s.io/v1:NetworkPolicy",
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",  # `get` nodes (the pre-flight's topology report)
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding",
         "kubernetes:rbac.authorization.k8s.io/v1:Role",
         "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding",
         "pulumi:providers:kubernetes",
@@ -629,7 +633,7 @@ def test_the_guard_and_the_submitter_agree_on_the_checkpoint_dir(infra_outputs):
 # Scripts that talk to the Ray cluster; every other script run with the image's plain python gets the stdlib only.
 RAY_CLIENTS = {"ray_submit.py", "wait_for_workers.py"}
 # Scripts that import the submitter's package, shipped beside them.
-SUBMITTER_USERS = {"ray_submit.py", "wait_for_workers.py", "admission.py"}
+SUBMITTER_USERS = {"ray_submit.py", "wait_for_workers.py", "admission.py", "topology_report.py"}
 
 
 def plain_python_scripts(words: list[str]) -> list[str]:
@@ -656,7 +660,7 @@ def test_scripts_run_with_the_images_plain_python_import_only_what_it_has(infra_
     used |= set(plain_python_scripts(shlex.split(pipeline_script(job, infra, steps))))
     assert used == {
         "checkpoint_guard.py", "export_gcs.py", "ray_submit.py", "wait_for_workers.py", "eval_summary.py",
-        "admission.py",
+        "admission.py", "topology_report.py",
     }  # fmt: skip
     files = [(Path(f).name, JOBS / f) for f in SCRIPT_FILES if Path(f).name in used]
     # The submitter's own package, shipped beside it: each module under the submitter's rules.
