@@ -329,6 +329,10 @@ class GkeCluster(pulumi.ComponentResource):
             kubeconfig=self.kubeconfig,
             cluster_identifier=self.cluster_identifier,
             enable_server_side_apply=True,
+            # A Secret's new data (a new hfToken or wandbApiKey) is applied in place; without this pulumi-kubernetes
+            # replaces the Secret (provider/pkg/provider/diff.go, forceNewProperties): deleted, then created, and a
+            # Ray pod starting in between fails to start.
+            enable_secret_mutable=True,
             opts=child,
         )
 

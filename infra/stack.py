@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,34 @@ async def check_against_last_deployment(current: Mapping[str, Any], allowed: tup
             f"allowReplace lists {key}, which does not change now: remove it once the change is deployed "
             f"(pulumi config rm --path 'allowReplace[{allowed.index(key)}]')"
         )
+
+
+def what_the_record_describes(infra: Infra) -> list[pulumi.CustomResource]:
+    """The resources whose settings the day-2 record describes: it is written only once each of them exists."""
+    networks = infra.networks
+    resources: list[pulumi.CustomResource] = [
+        networks.cluster_network,
+        networks.cluster_subnet,
+        networks.gvnic_subnet,
+        *networks.rdma_subnets,
+        infra.cluster.cluster,
+        infra.cluster.cpu_pool,
+        infra.gpu_pool.pool,
+        infra.lustre.instance,
+        infra.lustre.peering_range,
+    ]
+    if infra.egress:
+        resources.append(infra.egress.nat)
+    if infra.export_bucket:
+        resources.append(infra.export_bucket.bucket)
+    return resources
+
+
+def record_once_built(record: Mapping[str, Any], resources: Sequence[pulumi.CustomResource]) -> pulumi.Output[Any]:
+    """The day-2 record as an output that resolves only once every resource it describes was created or updated. An
+    `up` that fails on one of them leaves the output unresolved, so the stack keeps the last deployment's record (the
+    engine merges a failed update's outputs into the old ones) and the next `up` compares against what exists."""
+    return pulumi.Output.all(*[resource.id for resource in resources]).apply(lambda _: dict(record))
 
 
 def build_infra(settings: InfraSettings) -> Infra:
