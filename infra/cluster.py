@@ -158,6 +158,7 @@ class GkeCluster(pulumi.ComponentResource):
     dns_endpoint: pulumi.Output[str]
     kubeconfig: pulumi.Output[str]
     cluster_identifier: pulumi.Output[str]
+    cluster_instance: pulumi.Output[str]
     provider: k8s.Provider
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -324,6 +325,10 @@ class GkeCluster(pulumi.ComponentResource):
         # cluster; a cluster replaced under the same name is caught by the engine, which replaces the dependents
         # of a delete-before-replace whose inputs come from it (this one does).
         self.cluster_identifier = self.cluster.id
+        # The id is the same for a cluster replaced under the same name; its DNS endpoint is not (it names the
+        # cluster's uid: gke-<uid>-<project number>.<location>.gke.goog). The job stack's provider, which no engine
+        # dependency ties to this cluster, takes both as its cluster_identifier, so it follows a replaced cluster.
+        self.cluster_instance = pulumi.Output.concat(self.cluster.id, "@", self.dns_endpoint)
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,

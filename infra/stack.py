@@ -41,8 +41,19 @@ async def check_against_last_deployment(current: Mapping[str, Any], allowed: tup
     """Read what the last deployment recorded (the stack's own `deployedSettings` output; none on a first
     deployment) and raise day2.ReplacementRefused for a change that is not allowed. Warns about allowReplace
     entries that change nothing now: left there, they would let a later change through unasked."""
-    last = pulumi.StackReference("last-deployment", stack_name=self_reference_name())
-    details = await last.get_output_details(day2.DEPLOYED_SETTINGS_OUTPUT)
+    name = self_reference_name()
+    try:
+        last = pulumi.StackReference("last-deployment", stack_name=name)
+        details = await last.get_output_details(day2.DEPLOYED_SETTINGS_OUTPUT)
+    except Exception as error:
+        # Logged as well as raised: the engine may report the failed read itself, before this error.
+        message = (
+            f"the day-2 guard could not read this stack's last deployment through a StackReference to {name}: "
+            f"{error}. On a DIY backend (a bucket or directory) in the legacy layout, without .pulumi/meta.yaml, a "
+            "name with '/' cannot be read: run `pulumi state upgrade` once, then `pulumi up` again"
+        )
+        pulumi.log.error(message)
+        raise pulumi.RunError(message) from error
     previous = details.value if details.value is not None else details.secret_value
     for key in day2.check(previous, current, allowed):
         pulumi.log.warn(
@@ -214,8 +225,12 @@ def export_infra(settings: InfraSettings, infra: Infra) -> None:
     pulumi.export("zone", settings.zone)
     pulumi.export("clusterName", infra.cluster.cluster.name)
     pulumi.export("clusterLocation", infra.cluster.cluster.location)
-    # The job stack's Kubernetes provider takes it as cluster_identifier: replaced only with the cluster.
+    # This stack's Kubernetes provider takes the id as cluster_identifier: a cluster replaced under the same name
+    # keeps it, and the engine replaces the provider as a dependent of that delete-before-replace. The job stack,
+    # which reads these outputs and has no such dependency, takes clusterInstance (id and DNS endpoint, which names
+    # the cluster's uid), so its provider, and its Job, follow a replaced cluster.
     pulumi.export("clusterId", infra.cluster.cluster_identifier)
+    pulumi.export("clusterInstance", infra.cluster.cluster_instance)
     pulumi.export("kubernetesMinorVersion", settings.gke_minor)
     pulumi.export("kubeconfig", infra.cluster.kubeconfig)
     pulumi.export("clusterNetwork", infra.networks.cluster_network.name)

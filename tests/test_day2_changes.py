@@ -9,8 +9,11 @@ import re
 import shlex
 from typing import Any
 
+import pulumi
 import pytest
+import yaml
 from conftest import HF_TOKEN, ROOT, WANDB_KEY
+from launcher.settings import build_infra_outputs
 from pulumi.runtime import settings as runtime_settings
 from pulumi.runtime.settings import _get_rpc_manager
 from test_day2 import DEV_LUSTRE, LUSTRE, RELEASE, registered_types, run_dev
@@ -19,6 +22,7 @@ from infra import day2
 from infra.day2 import ReplacementRefused
 from infra.settings import ConfigError
 from tools import offline
+from workloads import raycluster
 
 SECRET = "kubernetes:core/v1:Secret"
 NAT = "gcp:compute/routerNat:RouterNat"
@@ -27,6 +31,14 @@ NAT = "gcp:compute/routerNat:RouterNat"
 @pytest.fixture(scope="module")
 def deployed() -> dict[str, Any]:
     return run_dev().outputs
+
+
+def forget_failed_run() -> None:
+    """A failed run leaves the RPCs and outputs it did not wait for: drop them, or the next run in this process waits
+    on them forever."""
+    _get_rpc_manager().clear()
+    with runtime_settings.SETTINGS.lock:
+        runtime_settings.SETTINGS.outputs.clear()
 
 
 def refused_lines(overrides: dict[str, Any], previous: dict[str, Any], **kwargs: Any) -> list[str]:
@@ -219,11 +231,7 @@ def test_a_failed_up_keeps_the_last_record(deployed, monkeypatch):
         run_dev({"allowReplace": ["maxRunHours"], "maxRunHours": 48}, previous=deployed)
     # The GPU pool was asked for, and it is what failed; the stack's outputs never carried a new record.
     assert day2.DEPLOYED_SETTINGS_OUTPUT not in {k for outputs in registered_outputs for k in outputs}
-    # A failed run leaves the RPCs and outputs it did not wait for: drop them, or the next run in this process waits
-    # on them forever.
-    _get_rpc_manager().clear()
-    with runtime_settings.SETTINGS.lock:
-        runtime_settings.SETTINGS.outputs.clear()
+    forget_failed_run()
     monkeypatch.setattr(offline.CloudMocks, "new_resource", original)
     # The same `up` that succeeds records the new value.
     run = run_dev({"allowReplace": ["maxRunHours"], "maxRunHours": 48}, previous=deployed)
@@ -233,3 +241,49 @@ def test_a_failed_up_keeps_the_last_record(deployed, monkeypatch):
 def test_the_operations_guide_shows_the_table_as_the_guard_has_it():
     guide = (ROOT / "docs" / "operations.md").read_text()
     assert day2.markdown_table() in guide
+
+
+def test_both_projects_require_a_cli_that_honours_the_replacement_trigger():
+    for project in ("Pulumi.yaml", "jobs/Pulumi.yaml"):
+        declared = yaml.safe_load((ROOT / project).read_text())["requiredPulumiVersion"]
+        floor = re.fullmatch(r">=(\d+)\.(\d+)\.(\d+)", declared)
+        assert floor, project
+        assert tuple(int(n) for n in floor.groups()) >= (3, 226, 0), project
+
+
+def test_a_new_chart_version_replaces_the_ray_cluster(monkeypatch):
+    """A chart bump renders new pods, which KubeRay 1.5.1 gives only to pods created later: it is in the digest."""
+    before = run_dev().one(RELEASE).replacement_trigger
+    monkeypatch.setattr(raycluster, "CHART_VERSION", "9.9.9")
+    assert run_dev().one(RELEASE).replacement_trigger != before
+
+
+def test_the_job_stack_follows_a_cluster_replaced_under_the_same_name():
+    """Same name, same id; a new cluster has a new uid, which its DNS endpoint names: the job stack's
+    cluster_identifier (clusterInstance) changes with it, so its provider and Job are replaced."""
+    outputs = run_dev().outputs
+    assert outputs["clusterInstance"] == f"{outputs['clusterId']}@{offline.mock_dns_endpoint('europe-west1')}"
+    assert build_infra_outputs(outputs).cluster_id == outputs["clusterInstance"]
+    older = {k: v for k, v in outputs.items() if k != "clusterInstance"}  # an infra stack from before
+    assert build_infra_outputs(older).cluster_id == outputs["clusterId"]
+
+
+def test_a_legacy_diy_backend_gets_told_how_to_upgrade(monkeypatch):
+    original = offline.CloudMocks.new_resource
+
+    def legacy(self, args):
+        if args.typ == "pulumi:pulumi:StackReference":
+            raise RuntimeError("unknown stack name: organization/nemo-rl-gke/dev")
+        return original(self, args)
+
+    said: list[str] = []
+    monkeypatch.setattr(offline.CloudMocks, "new_resource", legacy)
+    monkeypatch.setattr(pulumi.log, "error", lambda message, *args, **kwargs: said.append(message))
+    try:
+        with pytest.raises(Exception, match="unknown stack name"):
+            run_dev()
+    finally:
+        forget_failed_run()
+    (message,) = said
+    assert "organization/nemo-rl-gke/dev: unknown stack name" in message
+    assert "legacy layout" in message and "pulumi state upgrade" in message
