@@ -425,6 +425,7 @@ _CHANGE_COLUMN = {
     "increase": "in place when larger; smaller: refused",
 }
 _GATE_COLUMN = {REFUSED: "refused, even when listed", IN_PLACE: "passes"}
+_GROWS = {"superset": "the new range contains the old: the subnet grows in place", "increase": "the capacity grows"}
 
 
 def markdown_table() -> str:
@@ -570,8 +571,9 @@ def changes(previous: Mapping[str, Any] | None, current: Mapping[str, Any], allo
         if old == new:
             continue
         chosen = _conditional(key, old, new, previous) or effect
-        kind = IN_PLACE if chosen.guarded and _in_place(chosen, old, new) else chosen.effect
-        found[key] = Change(key, old, new, kind, chosen.what, allowed=key in allowed)
+        grows = chosen.guarded and _in_place(chosen, old, new)
+        what = _GROWS.get(chosen.in_place_if, chosen.what) if grows else chosen.what
+        found[key] = Change(key, old, new, IN_PLACE if grows else chosen.effect, what, allowed=key in allowed)
     # A derived key that changes because its source did is a consequence of that change.
     for key, source in DERIVED_FROM.items():
         if key in found and source in found and key in derived:
