@@ -57,6 +57,7 @@ class ClusterArgs:
     private_nodes: bool = True
     authorized_networks: tuple[str, ...] = ()  # empty: the control plane's IP endpoint is off
     database_encryption_key: str | None = None  # Cloud KMS key for application-layer Secrets encryption
+    protect: bool = False  # Pulumi's protect on the cluster (protectCompute, infra.day2.compute_locks)
 
 
 def build_kubeconfig(name: str, dns_endpoint: str) -> str:
@@ -276,6 +277,8 @@ class GkeCluster(pulumi.ComponentResource):
                     *([self.kms_binding] if self.kms_binding else []),
                 ],
                 ignore_changes=["nodeConfig", "initialNodeCount"],
+                # The engine refuses to delete or replace it while protected (protectCompute).
+                protect=args.protect,
             ),
         )
 

@@ -304,6 +304,12 @@ EFFECTS: tuple[KeyEffect, ...] = (
         "Pulumi's protect and Lustre's deletion_policy",
         "resource options; lustre_instance deletion_policy",
     ),
+    KeyEffect(
+        "protectCompute",
+        IN_PLACE,
+        "Pulumi's protect on the cluster and the GPU pool (lifted for a change whose key is in allowReplace)",
+        "engine step.go DeleteStep, step_generator.go (protected in state and program: never replaced)",
+    ),
     KeyEffect("deletionProtection", IN_PLACE, "GKE deletion protection", "container_cluster deletion_protection"),
     KeyEffect(
         "maintenanceWindowStart",
@@ -354,6 +360,32 @@ EFFECTS: tuple[KeyEffect, ...] = (
 )
 
 EFFECTS_BY_KEY = {effect.key: effect for effect in EFFECTS}
+
+# What replaces the cluster, and the GPU pool (the cluster's keys replace the pool with it). With protectCompute the
+# engine refuses to delete either; listing one of these keys in allowReplace lifts that lock for the change, in the
+# same `pulumi up` (the engine allows unprotecting and replacing in one update).
+REPLACES_CLUSTER = ("gcp:project", "gcp:region", "clusterName", "networkRanges.clusterSubnet")
+REPLACES_GPU_POOL = (
+    *REPLACES_CLUSTER,
+    "zone",
+    "networkRanges.gvnicSubnet",
+    "networkRanges.rdmaSubnets",
+    "gpuType",
+    "gpuProvisioning",
+    "reservation",
+    "maxRunHours",
+    "imageCacheDisk",
+)
+
+
+def compute_locks(protect_compute: bool, allowed: Collection[str]) -> tuple[bool, bool]:
+    """Whether the cluster and the GPU pool carry Pulumi's protect for this `pulumi up`."""
+    listed = set(allowed)
+    return (
+        protect_compute and not listed & set(REPLACES_CLUSTER),
+        protect_compute and not listed & set(REPLACES_GPU_POOL),
+    )
+
 
 # Keys whose value the program derives from another key unless the user sets them: when both change, the derived
 # one is reported as a consequence of the key the user changed (allowing that key allows both).

@@ -125,6 +125,8 @@ class InfraSettings:
     database_encryption_key: str | None = None  # a Cloud KMS key for application-layer Secrets encryption
     # Keys whose change the user accepts to replace what it replaces (infra/day2.py); empty by default.
     allow_replace: tuple[str, ...] = ()
+    # Pulumi's protect on the cluster and the GPU pool (lifted per change by allowReplace: infra.stack).
+    protect_compute: bool = True
     # Keys of day2.DERIVED_FROM the user left unset, whose value the program derived (rayAutoscaling, rayVersion).
     derived_keys: tuple[str, ...] = ()
     # The user's own rate for one GPU node-hour (committed use, negotiated); None: the price table's.
@@ -519,6 +521,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         cpu_pool_max_nodes=cpu_max,
         lustre=_lustre(values.get("lustre")),
         protect_data=_as_bool("protectData", values.get("protectData", True)),
+        protect_compute=_as_bool("protectCompute", values.get("protectCompute", True)),
         deletion_protection=_as_bool("deletionProtection", values.get("deletionProtection", False)),
         ranges=_ranges(values.get("networkRanges")),
         namespace=namespace,
@@ -702,7 +705,8 @@ def _export_bucket(value: Any) -> str:
 _PLAIN_KEYS = (
     "zone", "gpuType", "gpuProvisioning", "reservation", "gpuNodes", "rayWorkerReplicas", "clusterName",
     "gkeVersion", "releaseChannel", "cpuMachineType", "cpuPoolMinNodes", "cpuPoolMaxNodes", "protectData",
-    "deletionProtection", "namespace", "kubernetesServiceAccount", "nemoRlImage", "rayVersion", "shmSize",
+    "protectCompute", "deletionProtection", "namespace", "kubernetesServiceAccount", "nemoRlImage", "rayVersion",
+    "shmSize",
     "maintenanceWindowStart", "maintenanceExclusion", "maxRunHours",
     "rayAutoscaling", "rayIdleTimeoutSeconds",
     "exportBucket",

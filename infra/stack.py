@@ -118,6 +118,7 @@ def build_infra(settings: InfraSettings) -> Infra:
             services=services,
         ),
     )
+    protect_cluster, protect_gpu_pool = day2.compute_locks(settings.protect_compute, settings.allow_replace)
     cluster = GkeCluster(
         "gke",
         ClusterArgs(
@@ -138,6 +139,7 @@ def build_infra(settings: InfraSettings) -> Infra:
             private_nodes=settings.private_nodes,
             authorized_networks=settings.authorized_networks,
             database_encryption_key=settings.database_encryption_key,
+            protect=protect_cluster,
         ),
     )
     # Private nodes reach nvcr.io and Hugging Face through Cloud NAT; nodes with public IPs need none.
@@ -170,6 +172,7 @@ def build_infra(settings: InfraSettings) -> Infra:
                 settings.gpu_provisioning, settings.gpu_autoscaling, settings.ray_worker_replicas
             ),
             image_cache_disk=settings.image_cache_disk,
+            protect=protect_gpu_pool,
         ),
     )
     export_bucket = None

@@ -287,3 +287,20 @@ def test_a_legacy_diy_backend_gets_told_how_to_upgrade(monkeypatch):
     (message,) = said
     assert "organization/nemo-rl-gke/dev: unknown stack name" in message
     assert "legacy layout" in message and "pulumi state upgrade" in message
+
+
+def test_the_cluster_and_gpu_pool_are_protected_unless_their_replacement_is_allowed(deployed):
+    """A second line the engine enforces: a replacement the guard's table misses stops at Pulumi's protect."""
+    cluster, pool = "gcp:container/cluster:Cluster", "gcp:container/nodePool:NodePool"
+    run = run_dev()
+    assert run.one(cluster).protect and run.one(pool, "gpu").protect
+    assert not run.one(pool, "gke-cpu").protect  # a new CPU node only moves the Ray head
+    # Allowing a change that replaces the GPU pool lifts its lock (in the same `up`), not the cluster's.
+    allowed = run_dev({"gpuType": "nvidia-b200", "allowReplace": ["gpuType"]}, previous=deployed)
+    assert allowed.one(cluster).protect and not allowed.one(pool, "gpu").protect
+    renamed = run_dev({"clusterName": "nemo-rl-other", "allowReplace": ["clusterName"]}, previous=deployed)
+    assert not renamed.one(cluster).protect and not renamed.one(pool, "gpu").protect
+    off = run_dev({"protectCompute": False})
+    assert not off.one(cluster).protect and not off.one(pool, "gpu").protect
+    for key in day2.REPLACES_GPU_POOL:
+        assert day2.EFFECTS_BY_KEY[key].effect == day2.REPLACES, key
