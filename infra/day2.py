@@ -445,9 +445,25 @@ def deployed_settings(settings: InfraSettings, ray_pod_template: str, has_wandb_
         "rayAutoscaling": settings.gpu_autoscaling,
         "wandbApiKey": "set" if has_wandb_key else "not set",
         RAY_CLUSTER: ray_pod_template,
-        # Not guarded themselves, but they decide whether a change of another key is refused.
+        # In place: recorded so that `make plan PREVIOUS=...` can list them; protectData and exportBucket also
+        # decide whether dropping a created bucket is refused.
+        "gpuNodes": settings.gpu_nodes,
+        "rayWorkerReplicas": settings.ray_worker_replicas,
+        "rayIdleTimeoutSeconds": settings.idle_timeout_seconds,
+        "gkeVersion": settings.gke_version,
+        "releaseChannel": settings.release_channel,
+        "cpuPoolMinNodes": settings.cpu_pool_min_nodes,
+        "cpuPoolMaxNodes": settings.cpu_pool_max_nodes,
         "protectData": settings.protect_data,
+        "protectCompute": settings.protect_compute,
+        "deletionProtection": settings.deletion_protection,
+        "maintenanceWindowStart": settings.maintenance_window_start,
+        "maintenanceExclusion": settings.maintenance_exclusion or "",
         "exportBucket": settings.export_bucket,
+        "authorizedNetworks": list(settings.authorized_networks),
+        "databaseEncryptionKey": settings.database_encryption_key or "",
+        "tensorboard": settings.tensorboard,
+        "gpuNodeHourlyPrice": settings.gpu_node_hourly_price or 0,
         DERIVED_KEYS: list(settings.derived_keys),
     }
 

@@ -69,12 +69,15 @@ def test_make_plan_with_previous_prints_the_change_list(tmp_path: Path, capsys):
             "nemoRlImage=nvcr.io/nvidia/nemo-rl:v0.7.0",
             "-c",
             'allowReplace=["nemoRlImage"]',
+            "-c",
+            "gpuNodes=3",
         ]
     )
     assert code == 0
     out = capsys.readouterr().out
     assert "replaces          nemoRlImage: 'nvcr.io/nvidia/nemo-rl:v0.5.0' -> 'nvcr.io/nvidia/nemo-rl:v0.7.0'" in out
     assert "+ follows: replaces          rayVersion: '2.49.2' -> '2.55.1'" in out
+    assert "  updates in place  gpuNodes: 1 -> 3: the GPU pool's autoscaling limit" in out
     assert out.rstrip().endswith("pulumi up: the guard lets this through")
     missing = tmp_path / "none.json"
     assert plan.main(["--stack", "dev", "--out", str(tmp_path), "--quiet", "--previous", str(missing)]) == 2
