@@ -378,6 +378,24 @@ REPLACES_GPU_POOL = (
 )
 
 
+# What replaces the Lustre instance. While the last deployment protected it (protectData), its state holds Pulumi's
+# protect and the provider's deletion_policy PREVENT: a replacement fails at the delete, so the guard refuses it.
+REPLACES_LUSTRE = (
+    "gcp:project",
+    "gcp:region",
+    "clusterName",
+    "zone",
+    "lustre.filesystem",
+    "lustre.perUnitStorageThroughput",
+)
+_PROTECTED_LUSTRE_WHAT = (
+    "it replaces Lustre, which the last deployment protected (protectData: Pulumi's protect and the provider's "
+    "deletion_policy PREVENT are in the state), so the delete would fail halfway; to go ahead: first pulumi config "
+    "set protectData false and pulumi up with the old value (that lifts both; the data is still there), then this "
+    "change with the key in allowReplace"
+)
+
+
 def compute_locks(protect_compute: bool, allowed: Collection[str]) -> tuple[bool, bool]:
     """Whether the cluster and the GPU pool carry Pulumi's protect for this `pulumi up`."""
     listed = set(allowed)
@@ -599,6 +617,9 @@ def _conditional(key: str, old: Any, new: Any, previous: Mapping[str, Any]) -> K
         and _plain(previous.get("protectData")) is True
     ):
         return _PROTECTED_BUCKET
+    if key in REPLACES_LUSTRE and _plain(previous.get("protectData")) is True:
+        effect = EFFECTS_BY_KEY[key]
+        return KeyEffect(key, REFUSED, _PROTECTED_LUSTRE_WHAT, effect.source, effect.in_place_if, effect.ray_template)
     return None
 
 

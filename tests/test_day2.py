@@ -118,9 +118,17 @@ def test_every_replacing_key_of_the_table_is_exercised():
     assert set(day2.REPLACEABLE_KEYS) == exercised
 
 
+@pytest.fixture(scope="module")
+def deployed_unprotected() -> dict[str, Any]:
+    """The outputs of an `up` with protectData off: Lustre can be replaced from there (tests/test_day2_changes.py)."""
+    return run_dev({"protectData": False}).outputs
+
+
 @pytest.mark.parametrize("key", sorted(REPLACING_CHANGES))
-def test_a_replacing_change_is_refused_before_anything_then_allowed_once_listed(deployed, key):
+def test_a_replacing_change_is_refused_before_anything_then_allowed_once_listed(deployed, deployed_unprotected, key):
     overrides, changed = REPLACING_CHANGES[key]
+    if set(changed) & set(day2.REPLACES_LUSTRE):  # Lustre is replaced only once its protection was lifted
+        deployed, overrides = deployed_unprotected, {**overrides, "protectData": False}
     caught: list[ReplacementRefused] = []
 
     def refused() -> None:

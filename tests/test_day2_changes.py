@@ -65,7 +65,19 @@ def test_private_nodes_cannot_be_switched_on_a_deployed_cluster(deployed):
     assert "is refused" in refused_lines({}, public)[0]
 
 
-def test_an_allowed_lustre_replacement_deletes_first_and_takes_the_volume_and_the_ray_cluster(deployed):
+def test_a_protected_lustre_is_not_replaced_even_when_listed(deployed):
+    """Its state holds protect and deletion_policy PREVENT: the delete would fail halfway. protectData false must be
+    applied first, with the old value, as the line says."""
+    change = {"lustre": {**DEV_LUSTRE, "filesystem": "scratch"}, "protectData": False}
+    for allowed in ([], ["lustre.filesystem"]):
+        (line,) = refused_lines({**change, "allowReplace": allowed}, deployed)
+        assert line.startswith("lustre.filesystem: 'lustrefs' -> 'scratch' is refused: it replaces Lustre, which the")
+        assert "first pulumi config set protectData false and pulumi up with the old value" in line
+        assert line.endswith("put the old value back: pulumi config set --path 'lustre.filesystem' lustrefs")
+
+
+def test_an_allowed_lustre_replacement_deletes_first_and_takes_the_volume_and_the_ray_cluster():
+    deployed = run_dev({"protectData": False}).outputs  # the `up` that lifted the protection
     change = {"lustre": {**DEV_LUSTRE, "filesystem": "scratch"}, "protectData": False}
     (line,) = refused_lines(change, deployed)
     assert "deleted before the new one is created" in line and "PersistentVolume and claim" in line
@@ -298,7 +310,10 @@ def test_the_cluster_and_gpu_pool_are_protected_unless_their_replacement_is_allo
     # Allowing a change that replaces the GPU pool lifts its lock (in the same `up`), not the cluster's.
     allowed = run_dev({"gpuType": "nvidia-b200", "allowReplace": ["gpuType"]}, previous=deployed)
     assert allowed.one(cluster).protect and not allowed.one(pool, "gpu").protect
-    renamed = run_dev({"clusterName": "nemo-rl-other", "allowReplace": ["clusterName"]}, previous=deployed)
+    unprotected = run_dev({"protectData": False}).outputs  # a new name replaces Lustre too: lifted first
+    renamed = run_dev(
+        {"clusterName": "nemo-rl-other", "allowReplace": ["clusterName"], "protectData": False}, previous=unprotected
+    )
     assert not renamed.one(cluster).protect and not renamed.one(pool, "gpu").protect
     off = run_dev({"protectCompute": False})
     assert not off.one(cluster).protect and not off.one(pool, "gpu").protect
