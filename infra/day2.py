@@ -37,6 +37,9 @@ are under google-beta/services/ of hashicorp/terraform-provider-google-beta:
   program is never replaced (unprotecting and replacing in one update is allowed). `replacement_trigger` needs engine
   3.208.0 (the dependency fix: 3.226.0), and an old trigger of null (a stack deployed before the option) replaces
   nothing.
+- The rows' "From" column names those resources short: container_cluster, node_config, node pool,
+  compute_subnetwork, compute_network, compute_global_address, lustre_instance are the files above; "engine step.go"
+  is pulumi/pulumi's; "pulumi-kubernetes diff.go" the pinned pulumi-kubernetes's.
 - KubeRay v1.5.1, ray-operator/controllers/ray/raycluster_controller.go, `reconcilePods`: pods are only counted
   against the desired replicas (and deleted when terminated); a pod template is read only by `buildHeadPod` /
   `buildWorkerPod` when a pod is created. A changed template (image, resources, env, annotations) never reaches
