@@ -565,18 +565,15 @@ def _path(key: str) -> str:
 
 def undo_command(key: str, old: Any) -> str:
     """Commands that put the recorded value back, as the user would type them."""
-    if key == "wandbApiKey":
-        return (
-            "pulumi config rm wandbApiKey"
-            if old == "not set"
-            else "pulumi config set --secret wandbApiKey <the W&B API key>"
-        )
+    if key == "wandbApiKey":  # given no value, `pulumi config set` prompts for it: the key never enters a line
+        return "pulumi config rm wandbApiKey" if old == "not set" else "pulumi config set --secret wandbApiKey"
     if isinstance(old, dict):
         return " && ".join(undo_command(f"{key}.{field}", old[field]) for field in sorted(old))
-    if isinstance(old, list):
-        return " && ".join(undo_command(f"{key}[{n}]", item) for n, item in enumerate(old))
+    if isinstance(old, list):  # the whole list again, so a longer new one leaves no item behind
+        items = [undo_command(f"{key}[{n}]", item) for n, item in enumerate(old)]
+        return " && ".join([f"pulumi config rm --path '{key}'", *items])
     if _UNSET.get(key, object()) == old:
-        return f"pulumi config rm {_path(key)}{key}".replace(f"--path '{key}' {key}", f"--path '{key}'")
+        return f"pulumi config rm --path '{key}'" if _path(key) else f"pulumi config rm {key}"
     if "." in key or "[" in key:
         return f"pulumi config set --path '{key}' {_config_value(old)}"
     return f"pulumi config set {key} {_config_value(old)}"

@@ -155,7 +155,7 @@ def test_following_every_line_allows_every_change(deployed):
 
 def test_undo_commands_are_commands_that_work():
     assert day2.undo_command("wandbApiKey", "not set") == "pulumi config rm wandbApiKey"
-    assert day2.undo_command("wandbApiKey", "set").startswith("pulumi config set --secret wandbApiKey ")
+    assert day2.undo_command("wandbApiKey", "set") == "pulumi config set --secret wandbApiKey"  # it prompts
     assert day2.undo_command("privateNodes", True) == "pulumi config set privateNodes true"
     assert day2.undo_command("reservation", "") == "pulumi config rm reservation"
     assert day2.undo_command("maxRunHours", 0) == "pulumi config rm maxRunHours"
@@ -164,6 +164,7 @@ def test_undo_commands_are_commands_that_work():
         "pulumi config set --path 'rayHead.cpu' 32 && pulumi config set --path 'rayHead.memory' 400G"
     )
     assert day2.undo_command("networkRanges.rdmaSubnets", ["192.168.1.0/24", "192.168.2.0/24"]) == (
+        "pulumi config rm --path 'networkRanges.rdmaSubnets' && "
         "pulumi config set --path 'networkRanges.rdmaSubnets[0]' 192.168.1.0/24 && "
         "pulumi config set --path 'networkRanges.rdmaSubnets[1]' 192.168.2.0/24"
     )
