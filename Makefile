@@ -65,12 +65,14 @@ test:
 
 # Both programs under mocks for one stack: build/$(STACK)/ (manifests, Helm values, pipeline, resource tree,
 # outputs, timeline) and a summary. Exit 2, with the reason, on an unknown stack or invalid config. WANDB=off renders
-# the run of a user without a W&B key (TensorBoard on Lustre instead).
+# the run of a user without a W&B key (TensorBoard on Lustre instead). PREVIOUS=<outputs.json> (what `pulumi stack
+# output --json --show-secrets` prints for the deployed stack, or a plan's outputs.json) adds what the day-2 guard
+# makes of each changed key: updated in place, rolled, replaced or refused (tools/day2_preview.py).
 # The recipe and every override are checked with NeMo RL's own loader (.venv-nemorl) on the image's release's
 # sources: NEMO_RL_SOURCES is a folder holding nemo-rl-<tag>/ (default ~/.cache/nemo-rl-gke; the plan prints the
 # one git command that fills it when it is empty).
 plan: $(BIN)/.runtime
-	$(BIN)/python tools/plan.py --stack $(STACK) $(if $(filter off,$(WANDB)),--no-wandb) $(if $(NEMO_RL_SOURCES),--nemo-rl-sources $(NEMO_RL_SOURCES))
+	$(BIN)/python tools/plan.py --stack $(STACK) $(if $(filter off,$(WANDB)),--no-wandb) $(if $(NEMO_RL_SOURCES),--nemo-rl-sources $(NEMO_RL_SOURCES)) $(if $(PREVIOUS),--previous $(PREVIOUS))
 
 # Refresh the checked-in plans the tests compare with; review the diff (git diff tests/golden) before committing.
 golden: $(BIN)/.installed

@@ -57,6 +57,7 @@ class ClusterArgs:
     private_nodes: bool = True
     authorized_networks: tuple[str, ...] = ()  # empty: the control plane's IP endpoint is off
     database_encryption_key: str | None = None  # Cloud KMS key for application-layer Secrets encryption
+    protect: bool = False  # Pulumi's protect on the cluster (protectCompute, infra.day2.compute_locks)
 
 
 def build_kubeconfig(name: str, dns_endpoint: str) -> str:
@@ -158,6 +159,7 @@ class GkeCluster(pulumi.ComponentResource):
     dns_endpoint: pulumi.Output[str]
     kubeconfig: pulumi.Output[str]
     cluster_identifier: pulumi.Output[str]
+    cluster_instance: pulumi.Output[str]
     provider: k8s.Provider
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -275,6 +277,8 @@ class GkeCluster(pulumi.ComponentResource):
                     *([self.kms_binding] if self.kms_binding else []),
                 ],
                 ignore_changes=["nodeConfig", "initialNodeCount"],
+                # The engine refuses to delete or replace it while protected (protectCompute).
+                protect=args.protect,
             ),
         )
 
@@ -324,11 +328,19 @@ class GkeCluster(pulumi.ComponentResource):
         # cluster; a cluster replaced under the same name is caught by the engine, which replaces the dependents
         # of a delete-before-replace whose inputs come from it (this one does).
         self.cluster_identifier = self.cluster.id
+        # The id is the same for a cluster replaced under the same name; its DNS endpoint is not (it names the
+        # cluster's uid: gke-<uid>-<project number>.<location>.gke.goog). The job stack's provider, which no engine
+        # dependency ties to this cluster, takes both as its cluster_identifier, so it follows a replaced cluster.
+        self.cluster_instance = pulumi.Output.concat(self.cluster.id, "@", self.dns_endpoint)
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,
             cluster_identifier=self.cluster_identifier,
             enable_server_side_apply=True,
+            # A Secret's new data (a new hfToken or wandbApiKey) is applied in place; without this pulumi-kubernetes
+            # replaces the Secret (provider/pkg/provider/diff.go, forceNewProperties): deleted, then created, and a
+            # Ray pod starting in between fails to start.
+            enable_secret_mutable=True,
             opts=child,
         )
 

@@ -5,11 +5,14 @@ would replace something expensive or stateful (or kill a running training) unles
 Pure data and functions: no Pulumi runtime. The program records `deployed_settings` as a stack output; the next
 `pulumi up` reads it back through a StackReference to its own stack and calls `refusals` before registering anything.
 
-Where the facts come from (terraform-provider-google v7.45.0 resource schemas, which pulumi-gcp 10.2.0 bridges; "FN"
-means the field is ForceNew there, so a change replaces the resource):
+Where the facts come from. pulumi-gcp 10.2.0 (requirements.txt) bridges terraform-provider-google-beta 8.x (v9.x
+bridged 7.x); "FN" means the field is ForceNew in that resource's schema, so a change replaces the resource. Paths
+are under google-beta/services/ of hashicorp/terraform-provider-google-beta:
 - lustre/resource_lustre_instance.go: `instance_id`, `location`, `network`, `filesystem`,
   `per_unit_storage_throughput`, `project` FN; `capacity_gib` updatable (Managed Lustre only grows).
-- container/resource_container_cluster.go: `name`, `location`, `network`, `subnetwork` FN.
+- container/resource_container_cluster.go: `name`, `location`, `network`, `subnetwork` FN; `private_cluster_config`
+  Optional+Computed, not FN: an update sends only `DesiredDefaultEnablePrivateNodes`, the default for node pools
+  created later; a pool's own nodes follow its `network_config.enable_private_nodes`, which ours leave unset.
 - container/node_config.go: `guest_accelerator`, `reservation_affinity`, `spot`, `flex_start`, `max_run_duration`,
   `service_account` FN; `machine_type` updatable (GKE recreates the nodes).
 - container/resource_container_node_pool.go: `network_config.additional_node_network_configs` FN; `node_locations`
@@ -19,9 +22,24 @@ means the field is ForceNew there, so a change replaces the resource):
   in the schema, but GKE's docs forbid changing a secondary range a cluster uses.
 - compute/resource_compute_global_address.go: `address`, `prefix_length` FN.
 - compute/resource_compute_network.go: `network_profile` FN (the RoCE profile names the zone).
-- pulumi-gcp asks the engine for delete-before-replace when a resource has an explicit name (all of ours do), so a
-  replacement first deletes the resource and everything that depends on it.
-- Kubernetes: `metadata.namespace` and `metadata.name` are immutable (pulumi-kubernetes replaces the object).
+- pulumi-terraform-bridge asks the engine for delete-before-replace when a resource's `name` is set explicitly, so
+  such a replacement first deletes the resource and everything that depends on it. google_lustre_instance names
+  itself by `instance_id`, not `name`: the bridge would create the new instance first (same id: refused by the API),
+  so the program sets `delete_before_replace` on it (infra/lustre.py).
+- pulumi-kubernetes 4.34.2 (requirements.txt), provider/pkg/provider/diff.go `forceNewProperties`:
+  `metadata.namespace` and `metadata.name` force a replacement; a Secret's `type`, `data` and `stringData` too,
+  unless the provider sets `enableSecretMutable` (ours does: infra/cluster.py) and the Secret is not immutable. A
+  PersistentVolume's `spec.csi` and a claim's `spec.volumeName` force a replacement; pulumi-kubernetes deletes a
+  named object before creating its replacement, and a claim's deletion waits (kubernetes.io/pvc-protection) for
+  every pod that mounts it.
+- pulumi/pulumi (engine), pkg/resource/deploy/step.go `DeleteStep.Apply`: a resource protected in the state is never
+  deleted (`up`, `preview` and `destroy` stop there); step_generator.go: one protected in both the state and the
+  program is never replaced (unprotecting and replacing in one update is allowed). `replacement_trigger` needs engine
+  3.208.0 (the dependency fix: 3.226.0), and an old trigger of null (a stack deployed before the option) replaces
+  nothing.
+- The rows' "From" column names those resources short: container_cluster, node_config, node pool,
+  compute_subnetwork, compute_network, compute_global_address, lustre_instance are the files above; "engine step.go"
+  is pulumi/pulumi's; "pulumi-kubernetes diff.go" the pinned pulumi-kubernetes's.
 - KubeRay v1.5.1, ray-operator/controllers/ray/raycluster_controller.go, `reconcilePods`: pods are only counted
   against the desired replicas (and deleted when terminated); a pod template is read only by `buildHeadPod` /
   `buildWorkerPod` when a pod is created. A changed template (image, resources, env, annotations) never reaches
@@ -31,6 +49,8 @@ means the field is ForceNew there, so a change replaces the resource):
 from __future__ import annotations
 
 import ipaddress
+import re
+import shlex
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,7 +72,10 @@ ALLOW_REPLACE_KEY = "allowReplace"
 RAY_CLUSTER = "rayCluster"
 
 _TRAINING_DIES = "a running training dies"
-_LUSTRE_LOST = "Lustre with every file on it (checkpoints, models, datasets)"
+_LUSTRE_LOST = (
+    "Lustre with every file on it (checkpoints, models, datasets), deleted before the new one is created (same "
+    "instance id), its PersistentVolume and claim and, as every Ray pod mounts the claim, the RayCluster"
+)
 _RAY_REPLACED = (
     "the RayCluster (KubeRay 1.5.1 would give only pods created later the new template, so it is replaced): "
     f"every Ray pod restarts, {_TRAINING_DIES}"
@@ -104,22 +127,24 @@ EFFECTS: tuple[KeyEffect, ...] = (
     KeyEffect(
         "zone",
         REPLACES,
-        f"{_LUSTRE_LOST}, the RDMA network and its 8 subnets, the GPU pool; the CPU nodes move zone (the Ray head "
-        f"is evicted); {_TRAINING_DIES}",
+        f"{_LUSTRE_LOST}; the RDMA network and its 8 subnets, the GPU pool; the CPU nodes move zone; {_TRAINING_DIES}",
         "lustre_instance location FN, compute_network network_profile FN, node pool additional_node_network_configs "
         "FN, node_locations updatable",
+        ray_template=True,
     ),
     KeyEffect(
         "lustre.filesystem",
         REPLACES,
         _LUSTRE_LOST,
-        "lustre_instance filesystem FN",
+        "lustre/resource_lustre_instance.go filesystem FN; pulumi-kubernetes PV spec.csi FN",
+        ray_template=True,
     ),
     KeyEffect(
         "lustre.perUnitStorageThroughput",
         REPLACES,
         _LUSTRE_LOST,
-        "lustre_instance per_unit_storage_throughput FN",
+        "lustre/resource_lustre_instance.go per_unit_storage_throughput FN; pulumi-kubernetes PV spec.csi FN",
+        ray_template=True,
     ),
     KeyEffect(
         "lustre.capacityGib",
@@ -179,7 +204,8 @@ EFFECTS: tuple[KeyEffect, ...] = (
         "gpuProvisioning",
         REPLACES,
         f"the GPU pool: its nodes are deleted, {_TRAINING_DIES}",
-        "node_config spot, flex_start, reservation_affinity FN",
+        "container/node_config.go spot, flex_start, reservation_affinity FN (with rayAutoscaling unset, "
+        "rayAutoscaling follows: on for spot and flexStart, off for a reservation)",
     ),
     KeyEffect(
         "reservation",
@@ -236,23 +262,26 @@ EFFECTS: tuple[KeyEffect, ...] = (
         REPLACES,
         f"setting or removing it: {_RAY_REPLACED}; a new value of a set key updates the Secret in place (pods "
         "read it when they start)",
-        "KubeRay 1.5.1 reconcilePods (the key's env entry is in the pod template)",
+        "KubeRay 1.5.1 reconcilePods (the key's env entry is in the pod template); pulumi-kubernetes 4.34.2 diff.go: "
+        "Secret data updatable with enableSecretMutable",
         ray_template=True,
     ),
     KeyEffect(
         RAY_CLUSTER,
         REPLACES,
-        f"(no config key: this version of the program changes the Ray pod template) {_RAY_REPLACED}",
+        f"(no config key: this version of the program changes the Ray pod template or the KubeRay chart version) "
+        f"{_RAY_REPLACED}",
         "KubeRay 1.5.1 reconcilePods",
     ),
     KeyEffect(
         "privateNodes",
-        ROLLS_NODES,
-        f"recreates the nodes of both pools with or without external IPs: the Ray head and workers are evicted, "
-        f"{_TRAINING_DIES}",
-        "container_cluster private_cluster_config.enable_private_nodes; GKE docs: switching an existing node pool "
-        "between public and private nodes recreates its nodes (guarded as a roll: whether the provider updates the "
-        "cluster in place was not verified here)",
+        REFUSED,
+        "no node would change: pulumi-gcp updates only the cluster's default for node pools created later, while "
+        "the program would delete Cloud NAT (true -> false: the private nodes lose nvcr.io and Hugging Face) or add "
+        "it for nodes that have external IPs (false -> true); it takes a new cluster: pulumi destroy, then pulumi up "
+        "with the new value (docs/operations.md, Tear down in detail, for keeping Lustre's data)",
+        "container/resource_container_cluster.go private_cluster_config not FN, update sets "
+        "DesiredDefaultEnablePrivateNodes only; node pools' network_config.enable_private_nodes unset",
     ),
     # In place: nothing is replaced and no running pod is touched.
     KeyEffect("gpuNodes", IN_PLACE, "the GPU pool's autoscaling limit", "node pool autoscaling updatable"),
@@ -278,6 +307,12 @@ EFFECTS: tuple[KeyEffect, ...] = (
         "Pulumi's protect and Lustre's deletion_policy",
         "resource options; lustre_instance deletion_policy",
     ),
+    KeyEffect(
+        "protectCompute",
+        IN_PLACE,
+        "Pulumi's protect on the cluster and the GPU pool (lifted for a change whose key is in allowReplace)",
+        "engine step.go DeleteStep, step_generator.go (protected in state and program: never replaced)",
+    ),
     KeyEffect("deletionProtection", IN_PLACE, "GKE deletion protection", "container_cluster deletion_protection"),
     KeyEffect(
         "maintenanceWindowStart",
@@ -294,8 +329,9 @@ EFFECTS: tuple[KeyEffect, ...] = (
     KeyEffect(
         "exportBucket",
         IN_PLACE,
-        "the Ray service account's bucket grant (a created bucket is kept while protectData)",
-        "storage bucket IAM member",
+        "the Ray service account's bucket grant; from create to anything else the bucket is deleted (only when "
+        "empty: force_destroy is off), refused while the last deployment protected it",
+        "storage/resource_storage_bucket.go force_destroy; engine step.go DeleteStep refuses a protected resource",
     ),
     KeyEffect(
         "authorizedNetworks",
@@ -319,20 +355,85 @@ EFFECTS: tuple[KeyEffect, ...] = (
     KeyEffect(
         "hfToken",
         IN_PLACE,
-        "the Secret's value (pods read it when they start)",
-        "Kubernetes Secret stringData updatable",
+        "the Secret's value, updated in place: no moment without it (pods read it when they start)",
+        "pulumi-kubernetes 4.34.2 provider/pkg/provider/diff.go forceNewProperties: Secret data updatable with "
+        "enableSecretMutable, which the provider sets (infra/cluster.py)",
     ),
     KeyEffect(ALLOW_REPLACE_KEY, IN_PLACE, "nothing: it only lets the guard through", "this program"),
 )
 
 EFFECTS_BY_KEY = {effect.key: effect for effect in EFFECTS}
+
+# What replaces the cluster, and the GPU pool (the cluster's keys replace the pool with it). With protectCompute the
+# engine refuses to delete either; listing one of these keys in allowReplace lifts that lock for the change, in the
+# same `pulumi up` (the engine allows unprotecting and replacing in one update).
+REPLACES_CLUSTER = ("gcp:project", "gcp:region", "clusterName", "networkRanges.clusterSubnet")
+REPLACES_GPU_POOL = (
+    *REPLACES_CLUSTER,
+    "zone",
+    "networkRanges.gvnicSubnet",
+    "networkRanges.rdmaSubnets",
+    "gpuType",
+    "gpuProvisioning",
+    "reservation",
+    "maxRunHours",
+    "imageCacheDisk",
+)
+
+
+# What replaces the Lustre instance. While the last deployment protected it (protectData), its state holds Pulumi's
+# protect and the provider's deletion_policy PREVENT: a replacement fails at the delete, so the guard refuses it.
+REPLACES_LUSTRE = (
+    "gcp:project",
+    "gcp:region",
+    "clusterName",
+    "zone",
+    "lustre.filesystem",
+    "lustre.perUnitStorageThroughput",
+)
+_PROTECTED_LUSTRE_WHAT = (
+    "it replaces Lustre, which the last deployment protected (protectData: Pulumi's protect and the provider's "
+    "deletion_policy PREVENT are in the state), so the delete would fail halfway; to go ahead: first pulumi config "
+    "set protectData false and pulumi up with the old value (that lifts both; the data is still there), then this "
+    "change with the key in allowReplace"
+)
+
+
+def compute_locks(protect_compute: bool, allowed: Collection[str]) -> tuple[bool, bool]:
+    """Whether the cluster and the GPU pool carry Pulumi's protect for this `pulumi up`."""
+    listed = set(allowed)
+    return (
+        protect_compute and not listed & set(REPLACES_CLUSTER),
+        protect_compute and not listed & set(REPLACES_GPU_POOL),
+    )
+
+
+# Keys whose value the program derives from another key unless the user sets them: when both change, the derived
+# one is reported as a consequence of the key the user changed (allowing that key allows both).
+DERIVED_FROM = {"rayAutoscaling": "gpuProvisioning", "rayVersion": "nemoRlImage"}
+# In the record: which of DERIVED_FROM's keys this deployment derived (the user left them unset).
+DERIVED_KEYS = "derivedKeys"
+# What a key is recorded as when it is not set: undone with `pulumi config rm`.
+_UNSET: dict[str, Any] = {"reservation": "", "maxRunHours": 0, "imageCacheDisk": "", "exportBucket": ""}
+EXPORT_BUCKET_CREATED = "create"  # infra.settings.EXPORT_BUCKET_CREATE (settings imports this module)
+_PROTECTED_BUCKET = KeyEffect(
+    "exportBucket",
+    REFUSED,
+    "the bucket the stack created would be deleted, and the last deployment protected it (protectData), so the "
+    "engine would stop this and every later `pulumi up` and `preview` there; to let it go: keep exportBucket "
+    "create, pulumi config set protectData false, pulumi up (that lifts the protection of Lustre too), then change "
+    "exportBucket (the bucket is deleted only when empty); to keep the bucket out of the stack instead: "
+    "pulumi state delete on its URN (pulumi stack --show-urns), then change exportBucket",
+    "engine step.go DeleteStep refuses a resource protected in the state; storage bucket force_destroy off",
+)
 # What allowReplace may name.
 REPLACEABLE_KEYS = tuple(effect.key for effect in EFFECTS if effect.effect in (REPLACES, ROLLS_NODES))
 
 
 def deployed_settings(settings: InfraSettings, ray_pod_template: str, has_wandb_key: bool) -> dict[str, Any]:
     """The values the guard compares on the next `pulumi up`: plain, JSON-safe, nothing secret (the W&B key only as
-    set or not). `ray_pod_template` is the digest of the Ray pod templates (workloads.ray_values)."""
+    set or not). `ray_pod_template` is the digest that replaces the RayCluster when it changes
+    (workloads.raycluster.replacement_digest)."""
     ranges = settings.ranges
     return {
         "gcp:project": settings.project,
@@ -365,7 +466,48 @@ def deployed_settings(settings: InfraSettings, ray_pod_template: str, has_wandb_
         "rayAutoscaling": settings.gpu_autoscaling,
         "wandbApiKey": "set" if has_wandb_key else "not set",
         RAY_CLUSTER: ray_pod_template,
+        # In place: recorded so that `make plan PREVIOUS=...` can list them; protectData and exportBucket also
+        # decide whether dropping a created bucket is refused.
+        "gpuNodes": settings.gpu_nodes,
+        "rayWorkerReplicas": settings.ray_worker_replicas,
+        "rayIdleTimeoutSeconds": settings.idle_timeout_seconds,
+        "gkeVersion": settings.gke_version,
+        "releaseChannel": settings.release_channel,
+        "cpuPoolMinNodes": settings.cpu_pool_min_nodes,
+        "cpuPoolMaxNodes": settings.cpu_pool_max_nodes,
+        "protectData": settings.protect_data,
+        "protectCompute": settings.protect_compute,
+        "deletionProtection": settings.deletion_protection,
+        "maintenanceWindowStart": settings.maintenance_window_start,
+        "maintenanceExclusion": settings.maintenance_exclusion or "",
+        "exportBucket": settings.export_bucket,
+        "authorizedNetworks": list(settings.authorized_networks),
+        "databaseEncryptionKey": settings.database_encryption_key or "",
+        "tensorboard": settings.tensorboard,
+        "gpuNodeHourlyPrice": settings.gpu_node_hourly_price or 0,
+        DERIVED_KEYS: list(settings.derived_keys),
     }
+
+
+_CHANGE_COLUMN = {
+    "superset": "in place when the new range contains the old; else replaces",
+    "increase": "in place when larger; smaller: refused",
+}
+_GATE_COLUMN = {REFUSED: "refused, even when listed", IN_PLACE: "passes"}
+_GROWS = {"superset": "the new range contains the old: the subnet grows in place", "increase": "the capacity grows"}
+
+
+def markdown_table() -> str:
+    """The table as docs/operations.md shows it (a test keeps the two equal)."""
+    lines = [
+        "| Key | Change | What it replaces or disrupts | Without `allowReplace` | From |",
+        "|---|---|---|---|---|",
+    ]
+    for effect in EFFECTS:
+        change = _CHANGE_COLUMN.get(effect.in_place_if, effect.effect)
+        gate = _GATE_COLUMN.get(effect.effect, "refused")
+        lines.append(f"| `{effect.key}` | {change} | {effect.what} | {gate} | {effect.source} |")
+    return "\n".join(lines) + "\n"
 
 
 def _contains(old: Any, new: Any) -> bool:
@@ -410,56 +552,172 @@ def _show(value: Any) -> str:
     return repr(value)
 
 
+def _config_value(value: Any) -> str:
+    """A value as `pulumi config set` takes it (booleans as Pulumi writes them), quoted for the shell."""
+    text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return text if re.fullmatch(r"[A-Za-z0-9_.:/@+-]+", text) else shlex.quote(text)
+
+
+def _path(key: str) -> str:
+    """`--path 'a.b'` for a key inside an object, nothing for a plain or namespaced key."""
+    return f"--path '{key}' " if "." in key or "[" in key else ""
+
+
+def undo_command(key: str, old: Any) -> str:
+    """Commands that put the recorded value back, as the user would type them."""
+    if key == "wandbApiKey":  # given no value, `pulumi config set` prompts for it: the key never enters a line
+        return "pulumi config rm wandbApiKey" if old == "not set" else "pulumi config set --secret wandbApiKey"
+    if isinstance(old, dict):
+        return " && ".join(undo_command(f"{key}.{field}", old[field]) for field in sorted(old))
+    if isinstance(old, list):  # the whole list again, so a longer new one leaves no item behind
+        items = [undo_command(f"{key}[{n}]", item) for n, item in enumerate(old)]
+        return " && ".join([f"pulumi config rm --path '{key}'", *items])
+    if _UNSET.get(key, object()) == old:
+        return f"pulumi config rm --path '{key}'" if _path(key) else f"pulumi config rm {key}"
+    if "." in key or "[" in key:
+        return f"pulumi config set --path '{key}' {_config_value(old)}"
+    return f"pulumi config set {key} {_config_value(old)}"
+
+
 def _put_back(key: str, old: Any) -> str:
-    if isinstance(old, (list, dict)):
-        return f"put the old value back ({_show(old)})"
-    flag = "--path " if "." in key else ""
-    return f"put the old value back: pulumi config set {flag}{key} {old}"
+    return f"put the old value back: {undo_command(key, old)}"
+
+
+def allow_command(key: str, index: int) -> str:
+    return f"pulumi config set --path '{ALLOW_REPLACE_KEY}[{index}]' {key}"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One recorded key whose value differs from the last deployment's, and what that does."""
+
+    key: str
+    old: Any
+    new: Any
+    effect: str  # IN_PLACE, ROLLS_NODES, REPLACES or REFUSED, for this very change
+    what: str
+    follows: tuple[Change, ...] = ()  # derived keys that change because this one does
+    allowed: bool = False  # listed in allowReplace (for a derived key: its cause is)
+
+    @property
+    def shown(self) -> str:
+        return f"{self.key}: {_show(self.old)} -> {_show(self.new)}"
+
+    @property
+    def needs_allowance(self) -> bool:
+        return self.effect in (REPLACES, ROLLS_NODES) or any(f.needs_allowance for f in self.follows)
+
+
+def _conditional(key: str, old: Any, new: Any, previous: Mapping[str, Any]) -> KeyEffect | None:
+    """A change whose effect depends on another recorded key: refused where the engine would fail."""
+    if (
+        key == "exportBucket"
+        and old == EXPORT_BUCKET_CREATED
+        and new != EXPORT_BUCKET_CREATED
+        and _plain(previous.get("protectData")) is True
+    ):
+        return _PROTECTED_BUCKET
+    if key in REPLACES_LUSTRE and _plain(previous.get("protectData")) is True:
+        effect = EFFECTS_BY_KEY[key]
+        return KeyEffect(key, REFUSED, _PROTECTED_LUSTRE_WHAT, effect.source, effect.in_place_if, effect.ray_template)
+    return None
+
+
+def changes(previous: Mapping[str, Any] | None, current: Mapping[str, Any], allowed: Collection[str]) -> list[Change]:
+    """Every recorded key that changes, in table order, with what the change does. A key whose value the program
+    derived from another (rayAutoscaling from gpuProvisioning, rayVersion from nemoRlImage) and that changes with it
+    is reported under the key the user changed. No record (a first deployment) or a key the record lacks (an older
+    version of the program) compares nothing."""
+    if not previous:
+        return []
+    derived = set(current.get(DERIVED_KEYS, ()))
+    found: dict[str, Change] = {}
+    for effect in EFFECTS:
+        key = effect.key
+        if key == RAY_CLUSTER or key not in previous or key not in current:
+            continue
+        old, new = _plain(previous[key]), _plain(current[key])
+        if old == new:
+            continue
+        chosen = _conditional(key, old, new, previous) or effect
+        grows = chosen.guarded and _in_place(chosen, old, new)
+        what = _GROWS.get(chosen.in_place_if, chosen.what) if grows else chosen.what
+        found[key] = Change(key, old, new, IN_PLACE if grows else chosen.effect, what, allowed=key in allowed)
+    # A derived key that changes because its source did is a consequence of that change.
+    for key, source in DERIVED_FROM.items():
+        if key in found and source in found and key in derived:
+            consequence = found.pop(key)
+            cause = found[source]
+            consequence = Change(
+                consequence.key,
+                consequence.old,
+                consequence.new,
+                consequence.effect,
+                consequence.what,
+                allowed=cause.allowed,
+            )
+            found[source] = Change(
+                cause.key,
+                cause.old,
+                cause.new,
+                cause.effect,
+                cause.what,
+                follows=(*cause.follows, consequence),
+                allowed=cause.allowed,
+            )
+    result = list(found.values())
+    old_template, new_template = previous.get(RAY_CLUSTER), current.get(RAY_CLUSTER)
+    template_keys = {e.key for e in EFFECTS if e.ray_template}
+    touched = {c.key for c in result} | {f.key for c in result for f in c.follows}
+    if old_template is not None and old_template != new_template and not touched & template_keys:
+        effect = EFFECTS_BY_KEY[RAY_CLUSTER]
+        result.append(
+            Change(RAY_CLUSTER, old_template, new_template, REPLACES, effect.what, allowed=RAY_CLUSTER in allowed)
+        )
+    return result
+
+
+def _what(change: Change) -> str:
+    verb = {REPLACES: "replaces ", ROLLS_NODES: "", IN_PLACE: "updates in place: "}.get(change.effect, "")
+    text = f"{verb}{change.what}"
+    for consequence in change.follows:
+        text += (
+            f"; and as {consequence.key} is not set, it follows {change.key} ({_show(consequence.old)} -> "
+            f"{_show(consequence.new)}), which {_what(consequence)}"
+        )
+    return text
 
 
 def refusals(previous: Mapping[str, Any] | None, current: Mapping[str, Any], allowed: Collection[str]) -> list[str]:
-    """One line per change the guard refuses, comparing the last deployment's record with this one's. No record (a
-    first deployment) or a key the record lacks (an older version of the program) compares nothing."""
-    if not previous:
-        return []
+    """One line per change the guard refuses, comparing the last deployment's record with this one's. Each line
+    names the key the user changed, old and new value, what the change replaces or disrupts, the command that
+    allows it (the next free allowReplace index, so following every line's command adds them all) and the command
+    that puts the old value back. With several keys to allow, a last line allows them all at once."""
     lines: list[str] = []
-    next_index = len(allowed)
-    ray_template_keys_changed = False
-    for effect in EFFECTS:
-        if not effect.guarded or effect.key == RAY_CLUSTER:
-            continue
-        if effect.key not in previous or effect.key not in current:
-            continue
-        old, new = _plain(previous[effect.key]), _plain(current[effect.key])
-        if old == new or _in_place(effect, old, new):
-            continue
-        ray_template_keys_changed |= effect.ray_template
-        change = f"{effect.key}: {_show(old)} -> {_show(new)}"
-        if effect.effect == REFUSED:
-            lines.append(f"{change} is refused: {effect.what}; {_put_back(effect.key, old)}")
-        elif effect.key not in allowed:
-            lines.append(_replacement_line(change, effect, old, next_index))
-    template = EFFECTS_BY_KEY[RAY_CLUSTER]
-    old_template, new_template = previous.get(RAY_CLUSTER), current.get(RAY_CLUSTER)
-    if (
-        old_template is not None
-        and old_template != new_template
-        and not ray_template_keys_changed
-        and RAY_CLUSTER not in allowed
-    ):
-        lines.append(
-            f"{RAY_CLUSTER}: the Ray pod template changed without a config change; {template.effect} {template.what}; "
-            f"to go ahead: pulumi config set --path '{ALLOW_REPLACE_KEY}[{next_index}]' {RAY_CLUSTER}"
+    index = len(allowed)
+    to_allow: list[str] = []
+    for change in changes(previous, current, allowed):
+        if change.effect == REFUSED:
+            lines.append(f"{change.shown} is refused: {change.what}; or {_put_back(change.key, change.old)}")
+        elif change.needs_allowance and not change.allowed:
+            if change.key == RAY_CLUSTER:
+                lines.append(
+                    f"{RAY_CLUSTER}: the Ray pod template changed without a config change; replaces {change.what}; "
+                    f"to go ahead: {allow_command(RAY_CLUSTER, index)}"
+                )
+            else:
+                lines.append(
+                    f"{change.shown} {_what(change)}; to go ahead: {allow_command(change.key, index)}, or "
+                    f"{_put_back(change.key, change.old)}"
+                )
+            to_allow.append(change.key)
+            index += 1
+    if len(to_allow) > 1:
+        pairs = " ".join(
+            f"--plaintext '{ALLOW_REPLACE_KEY}[{n}]={key}'" for n, key in enumerate(to_allow, start=len(allowed))
         )
+        lines.append(f"to go ahead with all {len(to_allow)}: pulumi config set-all --path {pairs}")
     return lines
-
-
-def _replacement_line(change: str, effect: KeyEffect, old: Any, index: int) -> str:
-    verb = "" if effect.effect == ROLLS_NODES else "replaces "
-    return (
-        f"{change} {verb}{effect.what}; to go ahead: pulumi config set --path '{ALLOW_REPLACE_KEY}[{index}]' "
-        f"{effect.key}, or {_put_back(effect.key, old)}"
-    )
 
 
 def unused_allowances(
@@ -468,7 +726,11 @@ def unused_allowances(
     """Keys listed in allowReplace that do not change now: left there, they would let a later change through."""
     if not previous:
         return []
-    return [key for key in allowed if previous.get(key) == current.get(key)]
+    changed = {c.key for c in changes(previous, current, allowed)}
+    changed |= {f.key for c in changes(previous, current, allowed) for f in c.follows}
+    if previous.get(RAY_CLUSTER) != current.get(RAY_CLUSTER):
+        changed.add(RAY_CLUSTER)
+    return [key for key in allowed if key not in changed]
 
 
 class ReplacementRefused(pulumi.RunError):

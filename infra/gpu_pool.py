@@ -32,6 +32,7 @@ class GpuNodePoolArgs:
     # GPU nodes the pool is created with and keeps at least (nodes_at_creation()); 0 autoscales from zero.
     nodes_at_creation: int = 0
     image_cache_disk: str = ""  # a disk image holding the NeMo RL image (secondary boot disk), or ""
+    protect: bool = False  # Pulumi's protect on the pool (protectCompute, infra.day2.compute_locks)
 
 
 def nodes_at_creation(provisioning: str, ray_autoscaling: bool, ray_workers: int) -> int:
@@ -184,6 +185,8 @@ class GpuNodePool(pulumi.ComponentResource):
                 depends_on=args.cluster.node_roles,
                 ignore_changes=AUTOSCALED_FIELDS,
                 delete_before_replace=True,
+                # The engine refuses to delete or replace it while protected: a running training's nodes.
+                protect=args.protect,
             ),
         )
         self.register_outputs({"name": self.pool.name, "machineType": preset.machine_type})

@@ -94,9 +94,15 @@ class ManagedLustre(pulumi.ComponentResource):
             # A second lock beside Pulumi's protect: the provider refuses to delete the instance (destroy or
             # replacement) while its state says PREVENT. Lifted by setting protectData false and running `pulumi up`.
             deletion_policy=LUSTRE_PREVENT_DELETION if args.protect else None,
-            # The instance can only be created once the peering exists; nothing carries that as data.
+            # The instance can only be created once the peering exists; nothing carries that as data. A replacement
+            # (allowed, protectData off) deletes the old instance first: the new one has the same instance_id, which
+            # the API would refuse while the old one exists, and pulumi-terraform-bridge asks for delete-first only
+            # for a resource whose `name` is set (this one is named by instance_id).
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[self.peering, *services.needed_by("lustre")], protect=args.protect
+                parent=self,
+                depends_on=[self.peering, *services.needed_by("lustre")],
+                protect=args.protect,
+                delete_before_replace=True,
             ),
         )
         self.ip = self.instance.mount_point.apply(lustre_ip)

@@ -125,6 +125,10 @@ class InfraSettings:
     database_encryption_key: str | None = None  # a Cloud KMS key for application-layer Secrets encryption
     # Keys whose change the user accepts to replace what it replaces (infra/day2.py); empty by default.
     allow_replace: tuple[str, ...] = ()
+    # Pulumi's protect on the cluster and the GPU pool (lifted per change by allowReplace: infra.stack).
+    protect_compute: bool = True
+    # Keys of day2.DERIVED_FROM the user left unset, whose value the program derived (rayAutoscaling, rayVersion).
+    derived_keys: tuple[str, ...] = ()
     # The user's own rate for one GPU node-hour (committed use, negotiated); None: the price table's.
     gpu_node_hourly_price: float | None = None
     tensorboard: bool = True  # a TensorBoard on the CPU pool over /data, read-only
@@ -551,6 +555,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         cpu_pool_max_nodes=cpu_max,
         lustre=_lustre(values.get("lustre")),
         protect_data=_as_bool("protectData", values.get("protectData", True)),
+        protect_compute=_as_bool("protectCompute", values.get("protectCompute", True)),
         deletion_protection=_as_bool("deletionProtection", values.get("deletionProtection", False)),
         ranges=ranges,
         namespace=namespace,
@@ -571,6 +576,7 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         authorized_networks=_authorized_networks(values.get("authorizedNetworks")),
         database_encryption_key=_database_encryption_key(values.get("databaseEncryptionKey", ""), region),
         allow_replace=_allow_replace(values.get(day2.ALLOW_REPLACE_KEY)),
+        derived_keys=tuple(key for key in day2.DERIVED_FROM if values.get(key) in (None, "")),
         gpu_node_hourly_price=_gpu_node_hourly_price(values.get("gpuNodeHourlyPrice", "")),
         tensorboard=_as_bool("tensorboard", values.get("tensorboard", True)),
         image_cache_disk=image_cache_disk,
@@ -734,7 +740,8 @@ def _export_bucket(value: Any) -> str:
 _PLAIN_KEYS = (
     "zone", "gpuType", "gpuProvisioning", "reservation", "gpuNodes", "rayWorkerReplicas", "clusterName",
     "gkeVersion", "releaseChannel", "cpuMachineType", "cpuPoolMinNodes", "cpuPoolMaxNodes", "protectData",
-    "deletionProtection", "namespace", "kubernetesServiceAccount", "nemoRlImage", "rayVersion", "shmSize",
+    "protectCompute", "deletionProtection", "namespace", "kubernetesServiceAccount", "nemoRlImage", "rayVersion",
+    "shmSize",
     "maintenanceWindowStart", "maintenanceExclusion", "maxRunHours",
     "rayAutoscaling", "rayIdleTimeoutSeconds",
     "exportBucket",

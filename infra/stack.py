@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,14 +41,53 @@ async def check_against_last_deployment(current: Mapping[str, Any], allowed: tup
     """Read what the last deployment recorded (the stack's own `deployedSettings` output; none on a first
     deployment) and raise day2.ReplacementRefused for a change that is not allowed. Warns about allowReplace
     entries that change nothing now: left there, they would let a later change through unasked."""
-    last = pulumi.StackReference("last-deployment", stack_name=self_reference_name())
-    details = await last.get_output_details(day2.DEPLOYED_SETTINGS_OUTPUT)
+    name = self_reference_name()
+    try:
+        last = pulumi.StackReference("last-deployment", stack_name=name)
+        details = await last.get_output_details(day2.DEPLOYED_SETTINGS_OUTPUT)
+    except Exception as error:
+        # Logged as well as raised: the engine may report the failed read itself, before this error.
+        message = (
+            f"the day-2 guard could not read this stack's last deployment through a StackReference to {name}: "
+            f"{error}. On a DIY backend (a bucket or directory) in the legacy layout, without .pulumi/meta.yaml, a "
+            "name with '/' cannot be read: run `pulumi state upgrade` once, then `pulumi up` again"
+        )
+        pulumi.log.error(message)
+        raise pulumi.RunError(message) from error
     previous = details.value if details.value is not None else details.secret_value
     for key in day2.check(previous, current, allowed):
         pulumi.log.warn(
             f"allowReplace lists {key}, which does not change now: remove it once the change is deployed "
             f"(pulumi config rm --path 'allowReplace[{allowed.index(key)}]')"
         )
+
+
+def what_the_record_describes(infra: Infra) -> list[pulumi.CustomResource]:
+    """The resources whose settings the day-2 record describes: it is written only once each of them exists."""
+    networks = infra.networks
+    resources: list[pulumi.CustomResource] = [
+        networks.cluster_network,
+        networks.cluster_subnet,
+        networks.gvnic_subnet,
+        *networks.rdma_subnets,
+        infra.cluster.cluster,
+        infra.cluster.cpu_pool,
+        infra.gpu_pool.pool,
+        infra.lustre.instance,
+        infra.lustre.peering_range,
+    ]
+    if infra.egress:
+        resources.append(infra.egress.nat)
+    if infra.export_bucket:
+        resources.append(infra.export_bucket.bucket)
+    return resources
+
+
+def record_once_built(record: Mapping[str, Any], resources: Sequence[pulumi.CustomResource]) -> pulumi.Output[Any]:
+    """The day-2 record as an output that resolves only once every resource it describes was created or updated. An
+    `up` that fails on one of them leaves the output unresolved, so the stack keeps the last deployment's record (the
+    engine merges a failed update's outputs into the old ones) and the next `up` compares against what exists."""
+    return pulumi.Output.all(*[resource.id for resource in resources]).apply(lambda _: dict(record))
 
 
 def build_infra(settings: InfraSettings) -> Infra:
@@ -79,6 +118,7 @@ def build_infra(settings: InfraSettings) -> Infra:
             services=services,
         ),
     )
+    protect_cluster, protect_gpu_pool = day2.compute_locks(settings.protect_compute, settings.allow_replace)
     cluster = GkeCluster(
         "gke",
         ClusterArgs(
@@ -99,6 +139,7 @@ def build_infra(settings: InfraSettings) -> Infra:
             private_nodes=settings.private_nodes,
             authorized_networks=settings.authorized_networks,
             database_encryption_key=settings.database_encryption_key,
+            protect=protect_cluster,
         ),
     )
     # Private nodes reach nvcr.io and Hugging Face through Cloud NAT; nodes with public IPs need none.
@@ -131,6 +172,7 @@ def build_infra(settings: InfraSettings) -> Infra:
                 settings.gpu_provisioning, settings.gpu_autoscaling, settings.ray_worker_replicas
             ),
             image_cache_disk=settings.image_cache_disk,
+            protect=protect_gpu_pool,
         ),
     )
     export_bucket = None
@@ -186,8 +228,12 @@ def export_infra(settings: InfraSettings, infra: Infra) -> None:
     pulumi.export("zone", settings.zone)
     pulumi.export("clusterName", infra.cluster.cluster.name)
     pulumi.export("clusterLocation", infra.cluster.cluster.location)
-    # The job stack's Kubernetes provider takes it as cluster_identifier: replaced only with the cluster.
+    # This stack's Kubernetes provider takes the id as cluster_identifier: a cluster replaced under the same name
+    # keeps it, and the engine replaces the provider as a dependent of that delete-before-replace. The job stack,
+    # which reads these outputs and has no such dependency, takes clusterInstance (id and DNS endpoint, which names
+    # the cluster's uid), so its provider, and its Job, follow a replaced cluster.
     pulumi.export("clusterId", infra.cluster.cluster_identifier)
+    pulumi.export("clusterInstance", infra.cluster.cluster_instance)
     pulumi.export("kubernetesMinorVersion", settings.gke_minor)
     pulumi.export("kubeconfig", infra.cluster.kubeconfig)
     pulumi.export("clusterNetwork", infra.networks.cluster_network.name)

@@ -89,18 +89,24 @@ REPLACING_CHANGES: dict[str, tuple[dict[str, Any], list[str]]] = {
     ),
     "gpuType": ({"gpuType": "nvidia-b200"}, ["gpuType"]),
     "gpuProvisioning": ({"gpuProvisioning": "spot"}, ["gpuProvisioning"]),
-    # Reservation mode turns the autoscaler off by default: that changes the head pod too.
+    # Reservation mode turns the autoscaler off by default: that changes the head pod too, reported under
+    # gpuProvisioning (the key the user changed), so allowing it allows both.
     "reservation": (
         {"gpuProvisioning": "reservation", "reservation": "blk-1"},
-        ["gpuProvisioning", "rayAutoscaling", "reservation"],
+        ["gpuProvisioning", "reservation"],
     ),
     "maxRunHours": ({"maxRunHours": 48}, ["maxRunHours"]),
     "imageCacheDisk": ({"imageCacheDisk": "nemo-rl-v050-cache"}, ["imageCacheDisk"]),
     "cpuMachineType": ({"cpuMachineType": "n2-highmem-96"}, ["cpuMachineType"]),
-    "privateNodes": ({"privateNodes": "false"}, ["privateNodes"]),
     "namespace": ({"namespace": "training"}, ["namespace"]),
     "kubernetesServiceAccount": ({"kubernetesServiceAccount": "ray-ksa"}, ["kubernetesServiceAccount"]),
-    "nemoRlImage": ({"nemoRlImage": "nvcr.io/nvidia/nemo-rl:v0.7.0"}, ["nemoRlImage", "rayVersion"]),
+    # rayVersion unset follows the image's release: one line, one allowance.
+    "nemoRlImage": ({"nemoRlImage": "nvcr.io/nvidia/nemo-rl:v0.7.0"}, ["nemoRlImage"]),
+    # Set by the user (an image of no known release), it is a change of its own.
+    "rayVersion": (
+        {"nemoRlImage": "nvcr.io/nvidia/nemo-rl:custom-build", "rayVersion": "2.50.0"},
+        ["nemoRlImage", "rayVersion"],
+    ),
     "rayHead": ({"rayHead": {"cpu": "32", "memory": "400G"}}, ["rayHead"]),
     "rayWorker": ({"rayWorker": {"cpu": "200", "memory": "2400Gi"}}, ["rayWorker"]),
     "shmSize": ({"shmSize": "200Gi"}, ["shmSize"]),
@@ -113,9 +119,19 @@ def test_every_replacing_key_of_the_table_is_exercised():
     assert set(day2.REPLACEABLE_KEYS) == exercised
 
 
+@pytest.fixture(scope="module")
+def deployed_unprotected() -> dict[str, Any]:
+    """The outputs of an `up` with protectData off: Lustre can be replaced from there (tests/test_day2_changes.py)."""
+    return run_dev({"protectData": False}).outputs
+
+
 @pytest.mark.parametrize("key", sorted(REPLACING_CHANGES))
-def test_a_replacing_change_is_refused_before_anything_then_allowed_once_listed(deployed, key, monkeypatch, tmp_path):
+def test_a_replacing_change_is_refused_before_anything_then_allowed_once_listed(
+    deployed, deployed_unprotected, key, monkeypatch, tmp_path
+):
     overrides, changed = REPLACING_CHANGES[key]
+    if set(changed) & set(day2.REPLACES_LUSTRE):  # Lustre is replaced only once its protection was lifted
+        deployed, overrides = deployed_unprotected, {**overrides, "protectData": False}
     if key == "zone":  # europe-west1-b is A3 Ultra's only zone there in the shipped table: a refreshed one adds -c
         table = json.loads(zones.TABLE_FILE.read_text())
         table["gpu_machine_zones"]["zones"]["a3-ultragpu-8g"].append("europe-west1-c")
@@ -130,14 +146,16 @@ def test_a_replacing_change_is_refused_before_anything_then_allowed_once_listed(
 
     assert registered_types(refused) == []  # refused before a single resource is registered
     lines = caught[0].lines
+    key_lines = [line for line in lines if not line.startswith("to go ahead with all")]
     assert sorted(
-        line.split(":")[0] if not line.startswith("gcp:") else ":".join(line.split(":")[:2]) for line in lines
+        line.split(":")[0] if not line.startswith("gcp:") else ":".join(line.split(":")[:2]) for line in key_lines
     ) == sorted(changed)
-    line = next(line for line in lines if line.startswith(f"{key}: "))
+    index, line = next((n, line) for n, line in enumerate(key_lines) if line.startswith(f"{key}: "))
     old = deployed[day2.DEPLOYED_SETTINGS_OUTPUT][key]
     shown = "{" + ", ".join(f"{k}: {old[k]!r}" for k in sorted(old)) + "}" if isinstance(old, dict) else repr(old)
     assert line.startswith(f"{key}: {shown} -> ")  # key, old value, new value, what it replaces, how to go ahead
-    assert f"pulumi config set --path 'allowReplace[0]' {key}" in line
+    # Each line appends at the next free index, so following every line's command allows them all.
+    assert f"pulumi config set --path 'allowReplace[{index}]' {key}" in line
     assert "put the old value back" in line
     assert day2.EFFECTS_BY_KEY[key].what in line
 
@@ -261,7 +279,10 @@ def test_the_guard_table_is_pure_data():
         assert effect.what and effect.source, effect.key
     # Every guarded key is recorded, so the next `pulumi up` can compare it.
     recorded = set(run_dev().outputs[day2.DEPLOYED_SETTINGS_OUTPUT])
-    assert {e.key for e in day2.EFFECTS if e.guarded} == recorded
+    # So is every other key (for `make plan PREVIOUS=...`), but the secret one and allowReplace itself, and which
+    # keys were derived.
+    unrecorded = {"hfToken", day2.ALLOW_REPLACE_KEY}
+    assert {e.key for e in day2.EFFECTS} - unrecorded | {day2.DERIVED_KEYS} == recorded
 
 
 def test_the_operations_guide_has_a_row_for_every_key_of_the_table():

@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:  # `python tools/plan.py` puts tools/ first, not t
     sys.path.insert(0, str(ROOT))
 
 from infra.cost import USER_RATE, dollar_range, summary_lines  # noqa: E402
-from tools import first_step, ray_pods, stack_check, timeline  # noqa: E402
+from tools import day2_preview, first_step, ray_pods, stack_check, timeline  # noqa: E402
 from tools.offline import (  # noqa: E402
     REDACTED,
     MissingConfigError,
@@ -959,7 +959,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="folder holding nemo-rl-<tag>/, NeMo RL's sources at the image's release, to check the recipe and "
         f"overrides with its own loader (default {stack_check.default_sources_root()})",
     )
+    parser.add_argument(
+        "--previous",
+        type=Path,
+        default=None,
+        help="the deployed infra stack's outputs (pulumi stack output --json --show-secrets, or a plan's "
+        "outputs.json): print what the day-2 guard makes of each changed key (tools/day2_preview.py)",
+    )
     args = parser.parse_args(argv)
+    try:
+        previous = day2_preview.previous_record(args.previous) if args.previous else None
+    except day2_preview.PreviousError as error:
+        print(f"plan: {error}", file=sys.stderr)
+        return EXIT_CONFIG
     try:
         plan = run_plan(
             args.stack, args.config, args.job_config, wandb=not args.no_wandb, nemo_rl_sources=args.nemo_rl_sources
@@ -980,6 +992,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     if not args.quiet:
         print(summary(plan, out_dir, files))
+    if previous is not None:
+        project, config = load_stack_config(ROOT, infra_stack_of(args.stack) or args.stack)
+        _apply_overrides(project, config, args.config)
+        current = plan.infra.outputs[day2_preview.day2.DEPLOYED_SETTINGS_OUTPUT]
+        allowed = day2_preview.allowed_keys(config, project)
+        print(day2_preview.report(previous, current, allowed, str(args.previous)))
     else:  # what `pulumi up` would warn about is never silent
         for warning in plan.warnings:
             print(f"warning: {warning}")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -10,6 +13,26 @@ import pulumi_kubernetes as k8s
 from infra.settings import InfraSettings
 from workloads.ray_chart import CHART_NAME, CHART_REPO, CHART_VERSION
 from workloads.ray_values import RayClusterRefs, build_ray_values, fluent_bit_config, pod_template_digest
+
+
+def replacement_digest(values: dict[str, Any], settings: InfraSettings) -> str:
+    """What replaces the RayCluster when it changes (the release's replacement_trigger; the day-2 guard records and
+    compares it): the pod templates (pod_template_digest), the chart version (a new chart renders new pods, which
+    KubeRay 1.5.1 would give only to pods created later), and the Lustre instance every pod mounts through the claim
+    (a replaced instance replaces the volume and the claim, whose deletion waits for every pod that mounts it)."""
+    lustre = settings.lustre
+    identity = {
+        "pods": pod_template_digest(values),
+        "chart": CHART_VERSION,
+        "lustre": [
+            settings.project,
+            settings.zone,
+            settings.lustre_instance_id,
+            lustre.filesystem,
+            lustre.throughput_mbps_per_tib,
+        ],
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -54,7 +77,7 @@ class RayCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=[*args.prerequisites, self.log_config],
-                replacement_trigger=pod_template_digest(self.values),
+                replacement_trigger=replacement_digest(self.values, args.settings),
                 delete_before_replace=True,
             ),
         )

@@ -27,9 +27,8 @@ from workloads.ray_values import (
     RayClusterRefs,
     build_ray_values,
     head_service_name,
-    pod_template_digest,
 )
-from workloads.raycluster import RayCluster, RayClusterArgs
+from workloads.raycluster import RayCluster, RayClusterArgs, replacement_digest
 from workloads.secrets import Tokens, TokensArgs, token_keys
 from workloads.storage import LustreVolume, LustreVolumeArgs
 from workloads.tensorboard import TensorBoard, TensorBoardArgs, port_forward_command
@@ -69,8 +68,10 @@ def ray_cluster_refs(settings: InfraSettings, secret_keys: tuple[str, ...]) -> R
 
 
 def ray_pod_template(settings: InfraSettings, has_wandb_key: bool) -> str:
-    """The Ray pod templates' digest, known before anything is registered (the day-2 guard compares it)."""
-    return pod_template_digest(build_ray_values(settings, ray_cluster_refs(settings, token_keys(has_wandb_key))))
+    """What replaces the RayCluster when it changes, known before anything is registered (the day-2 guard compares
+    it)."""
+    values = build_ray_values(settings, ray_cluster_refs(settings, token_keys(has_wandb_key)))
+    return replacement_digest(values, settings)
 
 
 def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> Workloads:
@@ -236,6 +237,11 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
         prepull=prepull,
         tensorboard=tensorboard,
     )
+
+
+def what_the_workloads_record_describes(workloads: Workloads) -> list[pulumi.CustomResource]:
+    """The Kubernetes objects whose settings the day-2 record describes (infra.stack.record_once_built)."""
+    return [workloads.ray.release, workloads.tokens.secret, workloads.volume.pv, workloads.volume.pvc]
 
 
 def tensorboard_name(settings: InfraSettings) -> str:

@@ -368,7 +368,9 @@ def build_infra_outputs(outputs: Mapping[str, Any], stack: str = "infra") -> Inf
         lustre_capacity_gib=need("lustreCapacityGib", (int,)),
         lustre_throughput_mbps_per_tib=need("lustreThroughputMbpsPerTib", (int,)),
         dashboard_port_forward=need("dashboardPortForward", str),
-        cluster_id=need("clusterId", str),
+        # The cluster instance (its id and DNS endpoint, which names the cluster's uid) where the infra stack
+        # exports it: a cluster replaced under the same name has a new one. Older infra stacks: the id alone.
+        cluster_id=need("clusterInstance" if "clusterInstance" in outputs else "clusterId", str),
         export_bucket=str(outputs.get("exportBucket") or ""),  # optional: older infra stacks have none
         gpu_type=str(outputs.get("gpuType") or ""),  # optional too
         ray_autoscaling=autoscaling,

@@ -419,8 +419,10 @@ def test_job_program_against_real_infra_outputs(infra_outputs, stack):
     assert all(
         r.provider.startswith(provider.urn) for r in run.resources if r.type.startswith("kubernetes:") and r.custom
     )
-    # Replaced only with the infra's cluster: a kubeconfig change (endpoint, CA, DNS endpoint) is an update.
-    assert provider.inputs["clusterIdentifier"] == infra["clusterId"]
+    # Replaced only with the infra's cluster, also one replaced under the same name (its DNS endpoint names the
+    # cluster's uid): a kubeconfig change (endpoint, CA) is an update.
+    assert provider.inputs["clusterIdentifier"] == infra["clusterInstance"]
+    assert infra["clusterInstance"].startswith(infra["clusterId"] + "@gke-")
     assert run.outputs["followLogs"] == f"kubectl --namespace {infra['namespace']} logs -f job/{run.outputs['jobName']}"
     assert run.outputs["dashboardPortForward"] == infra["dashboardPortForward"]
 
@@ -836,7 +838,8 @@ def test_the_job_is_replaced_when_its_immutable_failure_policy_changes(infra_out
 
 
 def test_the_job_stack_needs_the_cluster_id(infra_outputs):
-    outputs = {k: v for k, v in infra_outputs["dev"].items() if k != "clusterId"}
+    # clusterInstance where the infra stack exports it, else (an older infra stack) clusterId: one of them is needed.
+    outputs = {k: v for k, v in infra_outputs["dev"].items() if k not in ("clusterId", "clusterInstance")}
     with pytest.raises(ConfigError, match="clusterId"):
         build_infra_outputs(outputs)
 
