@@ -112,23 +112,13 @@ def test_spot_and_flex_start_pools_register_compact_placement(run_infra: RunInfr
 
 
 def test_scale_problems_stop_the_program_before_anything_is_registered(run_infra: RunInfra):
-    from tools import offline
+    from test_day2 import registered_types
 
-    calls: list[str] = []
-    original = offline.RecordingMonitor.RegisterResource
-
-    def spy(self, request):
-        if request.type != "pulumi:pulumi:Stack":
-            calls.append(request.type)
-        return original(self, request)
-
-    offline.RecordingMonitor.RegisterResource = spy  # type: ignore[method-assign]
-    try:
+    def refused() -> None:
         with pytest.raises(ConfigError, match=r"networkRanges\.pods"):
             run_infra("h200", {"gpuNodes": 32, "networkRanges": {"pods": "10.16.0.0/20"}})
-    finally:
-        offline.RecordingMonitor.RegisterResource = original  # type: ignore[method-assign]
-    assert calls == []
+
+    assert registered_types(refused) == []
 
 
 def test_gpu_workers_prefer_one_subblock_then_one_block():
