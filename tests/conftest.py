@@ -52,14 +52,14 @@ RUN_WITH = {
 # before the rest so that no worker starts one of them near the end; every other module keeps its collection order
 # after them. The worker wait leads: over a minute of one worker's time is spent waiting out its deadlines, which the
 # others fill with work. The spread modules' tests come last of these: each is short, and they fill the gaps.
-# The two pre-flight modules are not among them: handed out first, their in-process Ray drivers (ray.init on the
-# shared head's GCS) timed out on one worker in two full runs while other workers reached that GCS; cause not found.
 SLOW_MODULES = (
     "tests/jobs/test_wait_for_workers.py",
     "tests/jobs/test_ray_2_55_1.py",
     "tests/jobs/test_ray_token_auth.py",
     "tests/jobs/test_head_restart.py",
     "tests/jobs/test_admission.py",
+    "tests/preflight/test_nccl_allreduce.py",
+    "tests/preflight/test_lustre_io.py",
     "tests/jobs/test_ray_submit.py",
     "tests/jobs/test_runtime_env_on_ray.py",
     "tests/jobs/test_extension.py",
