@@ -495,9 +495,10 @@ class RayHead:
     def start(self) -> None:
         """Start the head and wait for its Jobs API. A first start (nobody knows the address yet) that fails for a
         reason in _start_failure is cleared away and started again on fresh ports, up to START_ATTEMPTS in all,
-        each saying so on stderr; a restart keeps its ports and tries once more only after a missed window."""
+        each saying so on stderr; a restart keeps its ports and tries again, as often, only after a missed window
+        (two restarts in a row once missed it in a full run on two busy cores)."""
         first = not self.has_started
-        attempts = START_ATTEMPTS if first else 2
+        attempts = START_ATTEMPTS
         env = self._environment()
         for attempt in range(1, attempts + 1):
             if first:

@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 import uuid
 from pathlib import Path
 
@@ -151,15 +151,29 @@ def test_the_extension_waits_for_an_old_attempt_that_still_trains(ray_address: s
         _args(ray_address, sid, record, marker, 4, ttl=3), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=_env(),
     )  # fmt: skip
+    waiting = f"{sid} still runs with the old command; the extension starts when it ends"
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in new.stdout or []:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        wait_for(lambda: _status(ray_address, sid) == "RUNNING" and marker.read_text().split() == ["2"], 10, "old")
-        time.sleep(10)  # the new submitter has taken the dead one's lock over, looked, and waits
+        # The old attempt is let finish only once the new submitter (however long it took to start on loaded cores)
+        # has taken the dead one's lock over, looked, and said it waits.
+        wait_for(lambda: any(waiting in line for line in lines) or new.poll() is not None, 240, "the wait to be said")
+        assert _status(ray_address, sid) == "RUNNING" and marker.read_text().split() == ["2"], "".join(lines)
         assert _status(ray_address, f"{sid}-steps4") is None
         hold.unlink()  # the old attempt finishes
-        out, _ = new.communicate(timeout=240)
+        new.wait(timeout=240)
+        reader.join(timeout=10)
     finally:
+        hold.unlink(missing_ok=True)
         new.kill()
+    out = "".join(lines)
     assert new.returncode == errors.EXIT_SUCCEEDED, out
-    assert f"{sid} still runs with the old command; the extension starts when it ends" in out
+    assert waiting in out
     assert out.splitlines()[-1] == f"ray_submit: job {sid}-steps4 SUCCEEDED"
     assert marker.read_text().split() == ["2", "4"]

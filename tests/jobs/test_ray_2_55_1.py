@@ -115,7 +115,8 @@ def test_a_job_level_runtime_env_still_fails_init_ray_on_2_55_1(
     """Why the steps pass none on v0.7.0 either: Ray 2.55.1 refuses the merge as 2.49.2 does (and exits 1)."""
     job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, v070_h200)
     train = next(step for step in pipeline_steps(job, v070_h200) if step.name == "train")
-    old = ("--runtime-env-json", json.dumps(OLD_RUNTIME_ENV))
+    # One attempt shows the failure: the train step's retries (maxRestarts, 3 by default) would only repeat it.
+    old = ("--runtime-env-json", json.dumps(OLD_RUNTIME_ENV), "--max-retries=0")
     result = on_2_55_1(submit_command(train, job, v070_h200), v070_python, v070_address, driver, tmp_path, extra=old)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Failed to merge the Job's runtime env" in result.stdout

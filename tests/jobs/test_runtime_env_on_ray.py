@@ -131,7 +131,8 @@ def test_the_old_job_runtime_env_fails_init_ray(
     (the driver's environment, HF_HOME included) cannot be merged and the job FAILS."""
     job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, h200)
     train = next(step for step in pipeline_steps(job, h200) if step.name == "train")
-    old = ("--runtime-env-json", json.dumps(OLD_RUNTIME_ENV))
+    # One attempt shows the failure: the train step's retries (maxRestarts, 3 by default) would only repeat it.
+    old = ("--runtime-env-json", json.dumps(OLD_RUNTIME_ENV), "--max-retries=0")
     result = submit(as_submitted(submit_command(train, job, h200), ray_address, driver, tmp_path, extra=old))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Failed to merge the Job's runtime env" in result.stdout

@@ -253,7 +253,7 @@ def _ray_args(path: Path) -> list[str]:
     return [a for a in _args(path, "--node-limit-gbps", "1e-6", "--cpus-per-actor", "0") if a != "--local"]
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(360)
 def test_ray_node_actor_path(ray_gcs_address: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import ray
     import ray.cloudpickle
@@ -500,24 +500,26 @@ def test_a_slow_actor_start_is_not_counted_against_the_phase_timeout(
     fake = _FakeRay(nodes=1)
     fake.install(monkeypatch)
     node_info = lio.node_info
-    start_s = [1.0]
+    # A start slower than the phase timeout but within the actor start timeout; each phase (0.01 GiB per node
+    # written, then read) has 5 s, room enough on loaded cores.
+    start_s = [6.0]
 
     def slow_node_info(path: str) -> dict[str, Any]:
         time.sleep(start_s[0])
         return node_info(path)
 
     monkeypatch.setattr(lio, "node_info", slow_node_info)
-    monkeypatch.setattr(lio, "ACTOR_START_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(lio, "ACTOR_START_TIMEOUT_S", 12.0)
     args = [a for a in _args(tmp_path / "p", "--node-limit-gbps", "1e-6") if a != "--local"]
-    assert lio.main([*args, "--timeout-s", "0.5", "--expect-fstype", ""]) == 0, capsys.readouterr()
+    assert lio.main([*args, "--timeout-s", "5", "--expect-fstype", ""]) == 0, capsys.readouterr()
     assert _left_behind(tmp_path / "p") == []
-    start_s[0] = 5.0
-    assert lio.main([*args, "--timeout-s", "0.5", "--expect-fstype", ""]) == 2
+    start_s[0] = 15.0
+    assert lio.main([*args, "--timeout-s", "5", "--expect-fstype", ""]) == 2
     err = capsys.readouterr().err
-    assert "the node actors did not start within 3.0 s" in err and "phase" not in err, err
+    assert "the node actors did not start within 12.0 s" in err and "phase" not in err, err
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(360)
 def test_ray_path_removes_the_files_of_a_hung_phase_without_waiting_on_its_actor(
     ray_gcs_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
