@@ -8,7 +8,7 @@ import re
 
 import pytest
 from conftest import ROOT
-from upstream import reference, resolve_with_nemo_rl
+from launcher import checkpoints
 
 from tools import first_step
 from tools.plan import EXAMPLE_STACKS, Plan, render_files, run_plan, summary
@@ -174,14 +174,13 @@ def test_every_step_before_train_has_a_row(plans: dict[str, Plan]):
     )
 
 
-def test_recipe_models_are_what_the_recipes_train():
-    """RECIPE_MODELS against NeMo RL's own loader, for every release the project supports."""
-    for release in ("nemo-rl-v0.5.0", "nemo-rl-v0.7.0"):
-        for recipe, model in first_step.RECIPE_MODELS.items():
-            resolved = resolve_with_nemo_rl(reference(release), [f"--config={recipe}"])
-            assert resolved["policy"]["model_name"] == model, (release, recipe)
-            assert model in first_step.MODELS
-    assert (ROOT / "tools" / "first_step.py").is_file()
+def test_the_model_sizes_are_the_job_stacks_table():
+    """One table of model sizes (jobs/launcher/checkpoints.py, held to the releases' loaders in test_checkpoints.py):
+    the first-step model reads it, sources included."""
+    assert first_step.RECIPE_MODELS is checkpoints.RECIPE_MODELS
+    assert {model: (f.value, f.source) for model, f in first_step.MODELS.items()} == {
+        model: (size.billions, size.source) for model, size in checkpoints.MODEL_SIZES.items()
+    }
 
 
 def test_a_cycle_or_a_duplicate_phase_is_an_error():

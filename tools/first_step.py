@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from launcher.checkpoints import MODEL_SIZES, RECIPE_MODELS
+
 from tools import timeline as provisioning
 from tools.timeline import INFRA_DONE, RUN_STEP_DURATIONS, Timeline
 
@@ -93,45 +95,12 @@ FIGURES: Mapping[str, Figure] = {
     "setupOther": Figure(9 / 60, "min", f"{_SAMPLE}: the rest of NeMo RL's 300 s set-up (300 - 291 s)"),
 }
 
-# Parameter counts of the models the shipped recipes train (model id -> billions, source). Other models fall back to
-# UNKNOWN_MODEL.
+# Parameter counts of the models the recipes train, from the job stack's one table (jobs/launcher/checkpoints.py, with
+# their sources). Other models fall back to UNKNOWN_MODEL.
 MODELS: Mapping[str, Figure] = {
-    "google/gemma-3-27b-it": Figure(
-        27.4, "B parameters", "published: Gemma 3 27B has 27.4B parameters (as ../shared/FACTS.md records)"
-    ),
-    "Qwen/Qwen2.5-Math-1.5B-Instruct": Figure(
-        1.54, "B parameters", "estimate: Qwen2.5 1.5B models have 1.54B parameters (Qwen2.5 model cards)"
-    ),
-    "meta-llama/Llama-3.1-8B-Instruct": Figure(
-        8.03, "B parameters", "published: Llama 3.1 8B has 8.03B parameters (its Hugging Face model card)"
-    ),
-    "Qwen/Qwen3-32B": Figure(
-        32.8, "B parameters", "published: Qwen3-32B has 32.8B parameters (its Hugging Face model card)"
-    ),
-    # The 32-node performance recipes (tests/test_plan_32_nodes.py plans one): a mixture of experts downloads every
-    # expert, so the total count.
-    "Qwen/Qwen3-235B-A22B": Figure(
-        235, "B parameters", "published: Qwen3-235B-A22B has 235B parameters in total (its model card)"
-    ),
-    "unsloth/DeepSeek-V3-0324-BF16": Figure(
-        671, "B parameters", "published: DeepSeek-V3 has 671B parameters in total (its model card)"
-    ),
+    model: Figure(size.billions, "B parameters", size.source) for model, size in MODEL_SIZES.items()
 }
 UNKNOWN_MODEL = Figure(8.0, "B parameters", "estimate: a recipe without a figure here; an 8B model assumed")
-# The model each shipped recipe trains (policy.model_name; tests hold this against the recipes with NeMo RL's loader).
-RECIPE_MODELS: Mapping[str, str] = {
-    "examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml": "google/gemma-3-27b-it",
-    "examples/configs/recipes/llm/grpo-qwen2.5-math-1.5b-instruct-1n8g-fsdp2tp1.v3.yaml": (
-        "Qwen/Qwen2.5-Math-1.5B-Instruct"
-    ),
-    # The benchmark's first train step (jobs/Pulumi.h200-benchmark.yaml).
-    "examples/configs/recipes/llm/performance/grpo-llama3.1-8b-instruct-2n8g.yaml": "meta-llama/Llama-3.1-8B-Instruct",
-    # The 4-node example's (jobs/Pulumi.h200-4node.yaml).
-    "examples/configs/recipes/llm/performance/grpo-qwen3-32b-4n8g.yaml": "Qwen/Qwen3-32B",
-    "examples/configs/recipes/llm/performance/grpo-qwen3-235b-32n8g-async-1off.yaml": "Qwen/Qwen3-235B-A22B",
-    # Not grpo-deepseek-v3-32n8g: its policy.model_name is a placeholder at v0.7.0 (a pointer to NeMo RL's DeepSeek
-    # guide), so the model is the user's.
-}
 
 # What would shorten the dominant phase next, by phase (or resource type of the provisioning timeline).
 NEXT_CUTS: Mapping[str, str] = {

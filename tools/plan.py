@@ -41,6 +41,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python tools/plan.py` puts tools/ first, not the repository
     sys.path.insert(0, str(ROOT))
+# The job program's own modules (launcher.*), as its language host finds them: first_step reads its model sizes there.
+if str(ROOT / "jobs") not in sys.path:
+    sys.path.append(str(ROOT / "jobs"))
 
 from infra.cost import USER_RATE, dollar_range, summary_lines  # noqa: E402
 from tools import day2_preview, first_step, ray_pods, stack_check, timeline  # noqa: E402

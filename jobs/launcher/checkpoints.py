@@ -32,26 +32,43 @@ class ModelSize:
     source: str
 
 
-# Total parameters (a mixture of experts saves every expert) of the models NeMo RL's recipes train.
+# Total parameters of the models NeMo RL's recipes train (a mixture of experts saves and downloads every expert), each
+# with its source. The one table of model sizes: the Lustre checks here and the first-step model (tools/first_step.py)
+# read it.
+_DEEPSEEK_V3 = ModelSize(671, "published: DeepSeek-V3 has 671B parameters in total, 37B activated (its model card)")
 MODEL_SIZES: dict[str, ModelSize] = {
-    "Qwen/Qwen3-235B-A22B": ModelSize(235, "Qwen3-235B-A22B model card: 235B parameters in total, 22B activated"),
-    "unsloth/DeepSeek-V3-0324-BF16": ModelSize(671, "DeepSeek-V3 model card: 671B total parameters, 37B activated"),
-    "deepseek-ai/DeepSeek-V3": ModelSize(671, "DeepSeek-V3 model card: 671B total parameters, 37B activated"),
-    "Qwen/Qwen3-32B": ModelSize(32.8, "Qwen3-32B model card: 32.8B parameters"),
-    "Qwen/Qwen3-30B-A3B": ModelSize(30.5, "Qwen3-30B-A3B model card: 30.5B parameters in total, 3.3B activated"),
-    "meta-llama/Llama-3.1-8B-Instruct": ModelSize(8.03, "Llama 3.1 8B model card: 8.03B parameters"),
-    "google/gemma-3-27b-it": ModelSize(27.4, "Gemma 3 27B: 27.4B parameters (../shared/FACTS.md)"),
+    "google/gemma-3-27b-it": ModelSize(27.4, "published: Gemma 3 27B has 27.4B parameters (../shared/FACTS.md)"),
+    "Qwen/Qwen2.5-Math-1.5B-Instruct": ModelSize(
+        1.54, "estimate: Qwen2.5 1.5B models have 1.54B parameters (Qwen2.5 model cards)"
+    ),
+    "meta-llama/Llama-3.1-8B-Instruct": ModelSize(
+        8.03, "published: Llama 3.1 8B has 8.03B parameters (its Hugging Face model card)"
+    ),
+    "Qwen/Qwen3-32B": ModelSize(32.8, "published: Qwen3-32B has 32.8B parameters (its model card)"),
+    "Qwen/Qwen3-30B-A3B": ModelSize(
+        30.5, "published: Qwen3-30B-A3B has 30.5B parameters in total, 3.3B activated (its model card)"
+    ),
+    "Qwen/Qwen3-235B-A22B": ModelSize(
+        235, "published: Qwen3-235B-A22B has 235B parameters in total, 22B activated (its model card)"
+    ),
+    "unsloth/DeepSeek-V3-0324-BF16": _DEEPSEEK_V3,
+    "deepseek-ai/DeepSeek-V3": _DEEPSEEK_V3,
 }
-# policy.model_name of the recipes sized here (tests/jobs/test_checkpoints.py holds each to NeMo RL v0.5.0's loader):
-# the multi-node performance recipes, the benchmark's and the shipped default. Other recipes: unknown, not checked.
+# policy.model_name of the recipes sized here, at NeMo RL v0.5.0 (the default image's release; tests hold each to
+# both releases' loaders): the shipped stacks', the benchmark's and the multi-node performance recipes. At v0.7.0
+# grpo-deepseek-v3-32n8g names no model (a pointer to NeMo RL's DeepSeek guide): the user's own is sized there.
+# Other recipes: unknown, not checked.
 _PERF = "examples/configs/recipes/llm/performance/"
 RECIPE_MODELS: dict[str, str] = {
+    "examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml": "google/gemma-3-27b-it",
+    "examples/configs/recipes/llm/grpo-qwen2.5-math-1.5b-instruct-1n8g-fsdp2tp1.v3.yaml": (
+        "Qwen/Qwen2.5-Math-1.5B-Instruct"
+    ),
+    f"{_PERF}grpo-llama3.1-8b-instruct-2n8g.yaml": "meta-llama/Llama-3.1-8B-Instruct",
+    f"{_PERF}grpo-qwen3-32b-4n8g.yaml": "Qwen/Qwen3-32B",
     f"{_PERF}grpo-qwen3-235b-16n8g.yaml": "Qwen/Qwen3-235B-A22B",
     f"{_PERF}grpo-qwen3-235b-32n8g-async-1off.yaml": "Qwen/Qwen3-235B-A22B",
     f"{_PERF}grpo-deepseek-v3-32n8g.yaml": "unsloth/DeepSeek-V3-0324-BF16",
-    f"{_PERF}grpo-qwen3-32b-4n8g.yaml": "Qwen/Qwen3-32B",
-    f"{_PERF}grpo-llama3.1-8b-instruct-2n8g.yaml": "meta-llama/Llama-3.1-8B-Instruct",
-    "examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml": "google/gemma-3-27b-it",
 }
 
 

@@ -4,6 +4,7 @@ registered; a checkpoint that takes long to write at the instance's throughput i
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -84,12 +85,22 @@ def test_a_slow_checkpoint_is_said_with_the_throughput(infra32: InfraOutputs):
     assert checkpoints.checkpoint_write_note(small, 18_000, 500) is None
 
 
+# The one recipe whose policy.model_name is no model at a release: a pointer to NeMo RL's DeepSeek guide.
+NO_MODEL_AT = {("nemo-rl-v0.7.0", "examples/configs/recipes/llm/performance/grpo-deepseek-v3-32n8g.yaml")}
+
+
 def test_recipe_models_are_what_the_recipes_train():
-    """RECIPE_MODELS against NeMo RL v0.5.0's own loader (the default image's release)."""
-    for recipe, model in checkpoints.RECIPE_MODELS.items():
-        resolved = resolve_with_nemo_rl(reference("nemo-rl-v0.5.0"), [f"--config={recipe}"])
-        assert resolved["policy"]["model_name"] == model, recipe
-        assert model in checkpoints.MODEL_SIZES
+    """RECIPE_MODELS against each release's own loader; every model it names has a size."""
+    for release in ("nemo-rl-v0.5.0", "nemo-rl-v0.7.0"):
+        for recipe, model in checkpoints.RECIPE_MODELS.items():
+            resolved = resolve_with_nemo_rl(reference(release), [f"--config={recipe}"])["policy"]["model_name"]
+            if (release, recipe) in NO_MODEL_AT:
+                assert "deepseek.md" in resolved, (release, recipe, resolved)
+            else:
+                assert resolved == model, (release, recipe)
+    assert set(checkpoints.RECIPE_MODELS.values()) <= set(checkpoints.MODEL_SIZES)
+    for size in checkpoints.MODEL_SIZES.values():
+        assert re.match(r"(published|estimate): \S", size.source), size
 
 
 def test_an_evaluation_that_cannot_load_the_model_on_one_node_is_refused(infra32: InfraOutputs):
