@@ -37,7 +37,7 @@ async def main() -> None:
     job = build_job_settings(values, infra)
     steps = pipeline_steps(job, infra)
     need = checkpoints.lustre_need(
-        checkpoints.model_of(job.model, job.recipe),
+        checkpoints.model_of(job.model, job.recipe, infra.nemo_rl_release.tag),
         job.max_num_steps,
         job.extra_overrides,
         job.convert_to_hf,

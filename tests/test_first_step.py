@@ -177,7 +177,6 @@ def test_every_step_before_train_has_a_row(plans: dict[str, Plan]):
 def test_the_model_sizes_are_the_job_stacks_table():
     """One table of model sizes (jobs/launcher/checkpoints.py, held to the releases' loaders in test_checkpoints.py):
     the first-step model reads it, sources included."""
-    assert first_step.RECIPE_MODELS is checkpoints.RECIPE_MODELS
     assert {model: (f.value, f.source) for model, f in first_step.MODELS.items()} == {
         model: (size.billions, size.source) for model, size in checkpoints.MODEL_SIZES.items()
     }

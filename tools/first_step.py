@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from launcher.checkpoints import MODEL_SIZES, RECIPE_MODELS
+from launcher.checkpoints import MODEL_SIZES, model_of
 
 from tools import timeline as provisioning
 from tools.timeline import INFRA_DONE, RUN_STEP_DURATIONS, Timeline
@@ -235,7 +235,8 @@ def inputs_from_plan(plan: Any) -> StartupInputs:
     infra_done = timeline.steps[INFRA_DONE].end
     first_train = next((step for step in steps if step == "train" or step.startswith("train-")), "")
     recipe = _argument(entry.get(first_train, ""), "--config") or ""
-    model = RECIPE_MODELS.get(recipe, "")
+    release = (infra_out.get("nemoRlRelease") or {}).get("tag", "")
+    model = model_of("", recipe, str(release))
     figure = MODELS.get(model, UNKNOWN_MODEL)
     lustre = plan.infra.outputs
     capacity, tier = int(lustre["lustreCapacityGib"]), int(lustre["lustreThroughputMbpsPerTib"])

@@ -15,6 +15,8 @@ import contextlib
 import math
 from dataclasses import dataclass
 
+from launcher import performance
+
 GIB = 2**30
 CHECKPOINT_BYTES_PER_PARAMETER = 14
 CHECKPOINT_SOURCE = "estimate: 14 bytes per parameter, bf16 weights + fp32 Adam state (ZeRO paper, section 3.1)"
@@ -54,27 +56,26 @@ MODEL_SIZES: dict[str, ModelSize] = {
     "unsloth/DeepSeek-V3-0324-BF16": _DEEPSEEK_V3,
     "deepseek-ai/DeepSeek-V3": _DEEPSEEK_V3,
 }
-# policy.model_name of the recipes sized here, at NeMo RL v0.5.0 (the default image's release; tests hold each to
-# both releases' loaders): the shipped stacks', the benchmark's and the multi-node performance recipes. At v0.7.0
-# grpo-deepseek-v3-32n8g names no model (a pointer to NeMo RL's DeepSeek guide): the user's own is sized there.
-# Other recipes: unknown, not checked.
-_PERF = "examples/configs/recipes/llm/performance/"
+# policy.model_name of the shipped stacks' recipes outside the performance folder (the same at both releases; tests
+# hold them to each release's loader). A performance recipe's model is its row in launcher/performance.py, release by
+# release. Other recipes: unknown, not checked.
 RECIPE_MODELS: dict[str, str] = {
     "examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml": "google/gemma-3-27b-it",
     "examples/configs/recipes/llm/grpo-qwen2.5-math-1.5b-instruct-1n8g-fsdp2tp1.v3.yaml": (
         "Qwen/Qwen2.5-Math-1.5B-Instruct"
     ),
-    f"{_PERF}grpo-llama3.1-8b-instruct-2n8g.yaml": "meta-llama/Llama-3.1-8B-Instruct",
-    f"{_PERF}grpo-qwen3-32b-4n8g.yaml": "Qwen/Qwen3-32B",
-    f"{_PERF}grpo-qwen3-235b-16n8g.yaml": "Qwen/Qwen3-235B-A22B",
-    f"{_PERF}grpo-qwen3-235b-32n8g-async-1off.yaml": "Qwen/Qwen3-235B-A22B",
-    f"{_PERF}grpo-deepseek-v3-32n8g.yaml": "unsloth/DeepSeek-V3-0324-BF16",
 }
 
 
-def model_of(model: str, recipe: str) -> str:
-    """The model the run trains: the job setting model, else the recipe's own where this table knows it."""
-    return model or RECIPE_MODELS.get(recipe, "")
+def model_of(model: str, recipe: str, release: str) -> str:
+    """The model the run trains: the job setting model, else the recipe's own at that NeMo RL release; "" when unknown
+    or when the recipe names no hub model (v0.7.0's DeepSeek recipes point to a guide: the user's model is needed)."""
+    if model:
+        return model
+    perf = performance.find_by_path(release, recipe)
+    if perf is not None:
+        return perf.model if perf.hub_model else ""
+    return RECIPE_MODELS.get(recipe, "")
 
 
 def override_int(extra: tuple[str, ...] | list[str], key: str, default: int) -> int:

@@ -552,11 +552,12 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
             "the conversion, so set it false too",
         )
     # Lustre holds the checkpoints the run keeps, the weights and the converted model (launcher/checkpoints.py).
-    need = checkpoints.lustre_need(checkpoints.model_of(model, recipe), max_num_steps, extra, convert_to_hf)
+    trained = checkpoints.model_of(model, recipe, infra.nemo_rl_release.tag)
+    need = checkpoints.lustre_need(trained, max_num_steps, extra, convert_to_hf)
     space = checkpoints.lustre_space_problem(need, infra.lustre_capacity_gib) if need else None
     if space:
         raise ConfigError("model" if model else "recipe", model or recipe, space)
-    too_big = checkpoints.eval_fit_problem(checkpoints.model_of(model, recipe), infra.gpu_type, infra.gpus_per_node)
+    too_big = checkpoints.eval_fit_problem(trained, infra.gpu_type, infra.gpus_per_node)
     for key, on in (("evalBase", _bool("evalBase", values.get("evalBase", not benchmark))), ("evalFinal", eval_final)):
         if on and too_big:
             raise ConfigError(key, on, too_big)

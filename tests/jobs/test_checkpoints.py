@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import shared_infra_run
-from launcher import checkpoints
+from launcher import checkpoints, performance
 from launcher.settings import ConfigError, InfraOutputs, build_infra_outputs, build_job_settings
 from upstream import reference, resolve_with_nemo_rl
 
@@ -85,22 +85,29 @@ def test_a_slow_checkpoint_is_said_with_the_throughput(infra32: InfraOutputs):
     assert checkpoints.checkpoint_write_note(small, 18_000, 500) is None
 
 
-# The one recipe whose policy.model_name is no model at a release: a pointer to NeMo RL's DeepSeek guide.
-NO_MODEL_AT = {("nemo-rl-v0.7.0", "examples/configs/recipes/llm/performance/grpo-deepseek-v3-32n8g.yaml")}
-
-
 def test_recipe_models_are_what_the_recipes_train():
-    """RECIPE_MODELS against each release's own loader; every model it names has a size."""
+    """The shipped recipes' models against each release's own loader (the performance recipes' rows are held to it in
+    test_performance_recipes.py); every model named has a size with its source."""
     for release in ("nemo-rl-v0.5.0", "nemo-rl-v0.7.0"):
         for recipe, model in checkpoints.RECIPE_MODELS.items():
-            resolved = resolve_with_nemo_rl(reference(release), [f"--config={recipe}"])["policy"]["model_name"]
-            if (release, recipe) in NO_MODEL_AT:
-                assert "deepseek.md" in resolved, (release, recipe, resolved)
-            else:
-                assert resolved == model, (release, recipe)
+            resolved = resolve_with_nemo_rl(reference(release), [f"--config={recipe}"])
+            assert resolved["policy"]["model_name"] == model, (release, recipe)
+            assert checkpoints.model_of("", recipe, release.removeprefix("nemo-rl-")) == model
     assert set(checkpoints.RECIPE_MODELS.values()) <= set(checkpoints.MODEL_SIZES)
     for size in checkpoints.MODEL_SIZES.values():
         assert re.match(r"(published|estimate): \S", size.source), size
+
+
+def test_a_performance_recipes_model_is_its_releases_row():
+    """The job setting model first; else the performance table's model for the image's release, none where that
+    release's recipe names no hub model (v0.7.0's DeepSeek recipes point to NeMo RL's guide)."""
+    deepseek = "examples/configs/recipes/llm/performance/grpo-deepseek-v3-32n8g.yaml"
+    assert checkpoints.model_of("", deepseek, "v0.5.0") == "unsloth/DeepSeek-V3-0324-BF16"
+    assert checkpoints.model_of("", deepseek, "v0.7.0") == ""
+    assert checkpoints.model_of("my-org/my-model", deepseek, "v0.7.0") == "my-org/my-model"
+    qwen = "examples/configs/recipes/llm/performance/grpo-qwen3-30ba3b-4n4g.yaml"
+    assert checkpoints.model_of("", qwen, "v0.7.0") == "Qwen/Qwen3-30B-A3B" == performance.QWEN3_30B
+    assert checkpoints.model_of("", "examples/configs/recipes/llm/some-other.yaml", "v0.5.0") == ""
 
 
 def test_an_evaluation_that_cannot_load_the_model_on_one_node_is_refused(infra32: InfraOutputs):
