@@ -38,13 +38,13 @@ $(BIN)/.installed: $(BIN)/.runtime requirements-dev.txt requirements-torch.txt
 	touch $@
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+	$(NICE) $(BIN)/ruff check .
+	$(NICE) $(BIN)/ruff format --check .
 
 # The jobs run shares the first run's cache: the third-party packages (Pulumi's SDKs) are checked once.
 typecheck: $(BIN)/.installed
-	$(BIN)/mypy .
-	cd jobs && ../$(BIN)/mypy --config-file ../pyproject.toml --cache-dir ../.mypy_cache __main__.py
+	$(NICE) $(BIN)/mypy .
+	cd jobs && $(NICE) ../$(BIN)/mypy --config-file ../pyproject.toml --cache-dir ../.mypy_cache __main__.py
 
 # The NeMo RL loader tests run tools/nemorl_config.py with $(NEMORL_VENV)'s Python.
 # Five workers on two cores: many tests wait on real Ray heads. --dist loadgroup as tests/conftest.py defines it: one
@@ -56,12 +56,15 @@ unit: $(BIN)/.installed $(NEMORL_VENV)/.installed $(RAY_V070_VENV)/.installed
 
 # Renders every stack's plan into build/<stack>/ and fails on any checkov finding not in checkov-skips.yaml.
 checkov: $(BIN)/.installed $(CHECKOV_VENV)/.installed
-	$(BIN)/python tools/checkov_gate.py --stacks $(STACKS)
+	$(NICE) $(BIN)/python tools/checkov_gate.py --stacks $(STACKS)
 
 # The four gates at once, and the virtualenvs they need built side by side (make -j): the unit tests mostly wait on
 # Ray heads, so the other gates fill the idle cores. -O keeps each gate's output together; any failure fails `make test`.
+# The other gates run at a lower priority (GATE_NICENESS): the unit tests are the longest gate, and the Ray heads they
+# start must come up within Ray's fixed windows.
+GATE_NICENESS ?= 10
 test:
-	@$(MAKE) --no-print-directory -j4 -Otarget lint typecheck unit checkov
+	@$(MAKE) --no-print-directory -j4 -Otarget lint typecheck unit checkov NICE="nice -n $(GATE_NICENESS)"
 
 # Both programs under mocks for one stack: build/$(STACK)/ (manifests, Helm values, pipeline, resource tree,
 # outputs, timeline) and a summary. Exit 2, with the reason, on an unknown stack or invalid config. WANDB=off renders
