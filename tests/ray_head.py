@@ -191,16 +191,21 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def stat_fields(stat_path: Path) -> list[str]:
+    """The fields of a /proc/<pid>/stat (or .../task/<tid>/stat) after the command name, which may hold spaces and
+    parentheses: [0] is field 3 of proc(5) (the state), [1] the parent pid, [16] the niceness."""
+    return stat_path.read_text().rsplit(")", 1)[1].split()
+
+
 def _proc_children() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
+            ppid = int(stat_fields(Path(f"/proc/{entry}/stat"))[1])
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
         children.setdefault(ppid, []).append(int(entry))
     return children
 
@@ -264,7 +269,7 @@ def _wide_listeners(pids: set[int]) -> list[str]:
 
 def _alive(pid: int) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = stat_fields(Path(f"/proc/{pid}/stat"))[0]
     except OSError:
         return False
     return state != "Z"
@@ -444,9 +449,9 @@ class RayHead:
     def _command(self) -> list[str]:
         min_worker_port, max_worker_port = self.worker_ports
         return [
-            # Every process of the head at a higher priority than the test processes, where allowed (GNU nice runs
-            # the command anyway, with a warning, where it is not): Ray gives its raylet and dashboard fixed windows
-            # to come up, which `make test`'s busy two cores can make them miss.
+            # The start at a higher priority than the test processes, where allowed (GNU nice runs the command anyway,
+            # with a warning, where it is not): Ray gives its raylet and dashboard fixed windows to come up, which
+            # `make test`'s busy two cores can make them miss. start() lowers it to HEAD_NICENESS once up.
             "nice",
             f"-n{HEAD_START_NICENESS}",
             str(self.ray_bin),

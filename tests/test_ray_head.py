@@ -182,8 +182,7 @@ def fake_ray(tmp_path: Path) -> Path:
 
 
 def _thread_niceness(pid: int) -> set[int]:
-    tasks = Path(f"/proc/{pid}/task")
-    return {int((task / "stat").read_text().rsplit(")", 1)[1].split()[16]) for task in tasks.iterdir()}
+    return {int(ray_head.stat_fields(task / "stat")[16]) for task in Path(f"/proc/{pid}/task").iterdir()}
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="raising a process's priority needs root (CAP_SYS_NICE)")
@@ -218,7 +217,7 @@ def test_a_first_start_that_meets_a_taken_port_starts_again_on_fresh_ports(
     assert not ray_head._api_answers(head.address)  # close() found the stand-in by its temp dir
 
 
-def test_a_first_start_gives_up_after_three_attempts_and_a_restart_keeps_its_address(
+def test_a_first_start_gives_up_after_start_attempts_and_a_restart_keeps_its_address(
     fake_ray: Path, capfd: pytest.CaptureFixture[str]
 ):
     head = RayHead(fake_ray)
