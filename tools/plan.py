@@ -46,7 +46,7 @@ if str(ROOT / "jobs") not in sys.path:
     sys.path.append(str(ROOT / "jobs"))
 
 from infra.cost import USER_RATE, dollar_range, summary_lines  # noqa: E402
-from tools import day2_preview, first_step, ray_pods, stack_check, timeline  # noqa: E402
+from tools import day2_preview, first_step, nemo_rl_index, ray_pods, stack_check, timeline  # noqa: E402
 from tools.offline import (  # noqa: E402
     REDACTED,
     MissingConfigError,
@@ -378,52 +378,80 @@ def _nemo_rl_loader(sources: Path, words: Sequence[str]) -> tuple[dict[str, Any]
 def check_with_nemo_rl(
     infra: ProgramRun, jobs: ProgramRun, extra: Sequence[str], sources_root: Path | None
 ) -> list[str]:
-    """Every GRPO step's recipe and overrides against the image's NeMo RL release, read by that release's own
-    loader (the first thing the entrypoint does at train, after the GPU nodes are up). Raises PlanError for what it
-    refuses; returns the lines to print (what was checked, or why nothing was and how to fix that)."""
+    """Every GRPO step's recipe and overrides against the image's NeMo RL release, as its loader reads them (the
+    first thing the entrypoint does at train, after the GPU nodes are up): against the release's index
+    (tools/nemo_rl_index.json), or, for a recipe the index has no keys for, with the release's own loader on its
+    sources when they are at hand. Raises PlanError for what it refuses; returns the lines to print (what was
+    checked and the recipe's values a user most likely meant to change, or why nothing was checked)."""
     release = infra.outputs.get("nemoRlRelease") or {}
     tag, entrypoint = release.get("tag"), release.get("grpoEntrypoint")
     if not tag or not entrypoint:
         return ["recipe and override keys NOT checked: the image's NeMo RL release is not one the project knows"]
     root = sources_root or stack_check.default_sources_root()
-    missing = stack_check.sources_problem(root, tag)
-    if missing:
-        return [missing]
-    if not NEMORL_PYTHON.is_file():
-        return [
-            f"recipe and override keys NOT checked against NeMo RL {tag}: no {NEMORL_PYTHON.parent.parent.name} "
-            "(NeMo RL's loader needs its own Python): create it with: make .venv-nemorl/.installed"
-        ]
-    sources = stack_check.release_sources(root, tag)
-    checked = []
+    checked, loaded, notes, values = [], [], [], ""
     for step in jobs.outputs.get("pipeline") or []:
         words = shlex.split(str(step.get("entrypoint") or ""))
         if entrypoint not in words:
             continue
         words = words[words.index(entrypoint) + 1 :]
         recipe = words[0].removeprefix("--config=")
-        problem = stack_check.recipe_problem(sources, tag, recipe)
-        if problem:
-            raise PlanError(problem)
         tail = list(extra) if extra and words[-len(extra) :] == list(extra) else []
-        ours = words[: len(words) - len(tail)]
-        resolved, refusal = _nemo_rl_loader(sources, ours)
-        if resolved is None:
-            raise PlanError(f"NeMo RL {tag}'s loader refused step {step['step']}'s config ({recipe}): {refusal}")
-        problems = stack_check.override_key_problems(resolved, tail, recipe, tag)
-        backend = stack_check.backend_problem(resolved, ours, recipe, tag)
+        ours = words[1 : len(words) - len(tail)]
+        keys = nemo_rl_index.keys_of(tag, recipe)
+        if keys is None:
+            note = _check_with_loader(tag, recipe, ours, tail, stack_check.release_sources(root, tag))
+            (notes.append(note) if note else loaded.append(step["step"]))
+            continue
+        elsewhere = {other: nemo_rl_index.keys_of(other, recipe) or {} for other in nemo_rl_index.TAGS if other != tag}
+        sources = [(word, "stack") for word in ours] + [(word, "override") for word in tail]
+        problems, set_by = stack_check.override_problems(keys, sources, recipe, tag, elsewhere)
+        recipe_values = nemo_rl_index.values_of(tag, recipe)
+        megatron = set_by.get("policy.megatron_cfg.enabled", (recipe_values.get("policy.megatron_cfg.enabled"),))[0]
+        backend = stack_check.backend_problem(str(megatron).lower() == "true", ours, recipe, tag)
         problems += [backend] if backend else []
         if problems:
             raise PlanError("\nplan: ".join(problems))
-        if tail:
-            resolved, refusal = _nemo_rl_loader(sources, words)
-            if resolved is None:
-                raise PlanError(
-                    f"config 'nemo-rl-jobs:extraOverrides' = {tail!r}: NeMo RL {tag}'s loader refused them on "
-                    f"{recipe}: {refusal}: fix or remove the item it names"
-                )
         checked.append(step["step"])
-    return [f"NeMo RL {tag}'s own loader accepted the recipe and overrides of: {', '.join(checked)} ({sources})"]
+        values = values or f"{step['step']}: {stack_check.shown_values(recipe_values, set_by)}"
+    index = f"recipe and override keys checked against NeMo RL {tag}'s index (tools/nemo_rl_index.json): "
+    lines = ([index + ", ".join(checked)] if checked else []) + ([values] if values else [])
+    if loaded:
+        lines.append(f"NeMo RL {tag}'s own loader accepted the recipe and overrides of: {', '.join(loaded)} ({root})")
+    return lines + notes
+
+
+def _check_with_loader(tag: str, recipe: str, ours: list[str], tail: list[str], sources: Path) -> str | None:
+    """A recipe the index has no keys for, through the release's own loader on its sources: raises PlanError for
+    what it refuses; returns None when it accepted, else the line that says why nothing was checked."""
+    reason = nemo_rl_index.unindexed_reason(tag, recipe)
+    if not (sources / recipe).is_file():
+        if reason is None:  # not a recipe of the release at all
+            raise PlanError(stack_check.recipe_problem(tag, recipe))
+        missing = stack_check.sources_problem(sources.parent, tag)
+        return f"{recipe}: keys not in the index ({reason}): {missing or 'the sources lack it'}"
+    if not NEMORL_PYTHON.is_file():
+        return (
+            f"recipe and override keys NOT checked against NeMo RL {tag}: no {NEMORL_PYTHON.parent.parent.name} "
+            "(NeMo RL's loader needs its own Python): create it with: make .venv-nemorl/.installed"
+        )
+    resolved, refusal = _nemo_rl_loader(sources, [f"--config={recipe}", *ours])
+    if resolved is None:
+        raise PlanError(f"NeMo RL {tag}'s loader refused the config ({recipe}): {refusal}")
+    keys = stack_check.nemo_rl_index.flat_keys(resolved)
+    problems, _ = stack_check.override_problems(keys, [(word, "override") for word in tail], recipe, tag, {})
+    megatron = (resolved.get("policy") or {}).get("megatron_cfg") or {}
+    backend = stack_check.backend_problem(megatron.get("enabled") is True, ours, recipe, tag)
+    problems += [backend] if backend else []
+    if problems:
+        raise PlanError("\nplan: ".join(problems))
+    if tail:
+        resolved, refusal = _nemo_rl_loader(sources, [f"--config={recipe}", *ours, *tail])
+        if resolved is None:
+            raise PlanError(
+                f"config 'nemo-rl-jobs:extraOverrides' = {tail!r}: NeMo RL {tag}'s loader refused them on "
+                f"{recipe}: {refusal}: fix or remove the item it names"
+            )
+    return None
 
 
 def progress(step: int, what: str) -> None:

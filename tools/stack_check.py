@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from tools import nemo_rl_index
 
 INFRA_PROJECT = "nemo-rl-gke"
 JOBS_PROJECT = "nemo-rl-jobs"
@@ -130,35 +133,17 @@ def sources_problem(root: Path, tag: str) -> str | None:
     )
 
 
-def recipe_problem(sources: Path, tag: str, recipe: str) -> str | None:
-    """The recipe must be a file of the release (the GRPO entrypoint loads it at train, after the GPUs are up)."""
-    if (sources / recipe).is_file():
-        return None
-    recipes = sorted(str(p.relative_to(sources)) for p in (sources / "examples" / "configs").rglob("*.yaml"))
-    close = difflib.get_close_matches(recipe, recipes, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]}?" if close else "see examples/configs/recipes/llm/ at that tag"
+def recipe_problem(tag: str, recipe: str) -> str:
+    """A recipe the release's index does not list, and no sources at hand that hold it (the GRPO entrypoint loads
+    it at train, after the GPUs are up): the nearest names and the command that lists them all."""
+    close = nemo_rl_index.nearest(tag, recipe)
+    hint = f"nearest: {', '.join(close)}" if close else "no recipe of that release has a name close to it"
     return (
-        f"config '{JOBS_PROJECT}:recipe' = {recipe!r} is not a recipe of NeMo RL {tag} (the image's release): "
-        f"{hint} (set it with: pulumi config set --cwd jobs recipe PATH)"
+        f"config '{JOBS_PROJECT}:recipe' = {recipe!r} is not a recipe of NeMo RL {tag} (the image's release; "
+        f"tools/nemo_rl_index.json): {hint}; list them: {nemo_rl_index.LIST_COMMAND} {tag} grpo (a recipe of your "
+        f"own: plan it with sources that hold it, make plan NEMO_RL_SOURCES=DIR with DIR/nemo-rl-{tag}/{recipe}; "
+        "see docs/configuration.md)"
     )
-
-
-def _dotted_keys(tree: Any, prefix: str = "") -> set[str]:
-    keys: set[str] = set()
-    if isinstance(tree, Mapping):
-        for name, value in tree.items():
-            path = f"{prefix}{name}"
-            keys.add(path)
-            keys |= _dotted_keys(value, f"{path}.")
-    return keys
-
-
-def _has(tree: Any, dotted: str) -> bool:
-    for part in dotted.split("."):
-        if not isinstance(tree, Mapping) or part not in tree:
-            return False
-        tree = tree[part]
-    return True
 
 
 def override_key(item: str) -> tuple[str, str]:
@@ -168,42 +153,136 @@ def override_key(item: str) -> tuple[str, str]:
     return prefix, key[len(prefix) :]
 
 
-def override_key_problems(resolved: Mapping[str, Any], extra: Iterable[str], recipe: str, tag: str) -> list[str]:
-    """Each extraOverride's key against the config NeMo RL's loader built from the recipe and the pipeline's own
-    overrides: a plain `key=` must exist (the loader runs in struct mode), a `+key=` must not (Hydra appends only
-    new keys), a `~key` must exist."""
-    known = sorted(_dotted_keys(resolved))
-    problems = []
-    for item in extra:
+_INT = re.compile(r"[+-]?\d[\d_]*")
+_FLOAT = re.compile(r"[+-]?(\d[\d_]*\.[\d_]*|\.\d[\d_]*|\d[\d_]*)([eE][+-]?\d+)?|[+-]?(inf|nan)")
+# How a message names each type the index records.
+TYPE_NAMES = {
+    "int": "an integer",
+    "float": "a floating-point number",
+    "bool": "true or false",
+    "str": "a string",
+    "list": "a list [...]",
+    "dict": "a mapping {...}",
+}
+
+
+def value_type(text: str) -> str | None:
+    """The type Hydra's override grammar gives a value, in the index's names: None for null, 'ref' for an
+    interpolation (its type is the referenced key's)."""
+    text = text.strip()
+    lower = text.lower()
+    if lower == "null":
+        return None
+    if "${" in text:
+        return "ref"
+    if lower in ("true", "false"):
+        return "bool"
+    if _INT.fullmatch(text):
+        return "int"
+    if _FLOAT.fullmatch(lower):
+        return "float"
+    return {"[": "list", "{": "dict"}.get(text[:1], "str")
+
+
+def _fits(declared: str | None, given: str | None) -> bool:
+    """A value of type `given` where the recipe has one of `declared` (a string takes any scalar: Hydra reads 1 as
+    an integer where a name may be meant; null and an interpolation go anywhere)."""
+    if declared is None or given in (None, "ref") or declared == given:
+        return True
+    return (declared == "float" and given == "int") or (declared == "str" and given in ("int", "float", "bool"))
+
+
+def override_problems(
+    keys: Mapping[str, str | None],
+    words: Iterable[tuple[str, str]],
+    recipe: str,
+    tag: str,
+    elsewhere: Mapping[str, Mapping[str, str | None]],
+) -> tuple[list[str], dict[str, tuple[str, str]]]:
+    """Each override, in the order the entrypoint applies them, against the recipe's keys in the release's index,
+    as Hydra applies them in struct mode: `key=` must exist and (where the recipe declares a type) get a value of
+    it, `+key=` must not exist (unless null, or the value is a list or mapping, which Hydra merges), `~key` must
+    exist (and not be null), `++key=` always goes. `words` are (override, source) with source 'stack' (the job
+    stack's own) or 'override' (extraOverrides); `elsewhere` is the recipe's keys in the other releases, to say
+    when a key is one there. Returns the problems (one line each) and the last override that set each key:
+    key -> (value, source)."""
+    keys = dict(keys)
+    problems: list[str] = []
+    set_by: dict[str, tuple[str, str]] = {}
+    for item, source in words:
         prefix, key = override_key(item)
-        exists = _has(resolved, key)
-        if prefix in ("", "~") and not exists:
-            close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
-            if close:
-                hint = f"did you mean {close[0]}?"
-            elif prefix == "~":
-                hint = "there is nothing to remove: drop the item"
+        value = item.split("=", 1)[1] if "=" in item else None
+        declared = keys.get(key)
+        if source == "override":
+            where, fix = f"config '{JOBS_PROJECT}:extraOverrides' item {item!r}", ""
+        else:  # not the user's to fix: the recipe (or the image's release) is
+            where = f"config '{JOBS_PROJECT}:recipe' = {recipe!r}: the job stack's own override {item!r}"
+            fix = f": the job stack cannot run this recipe on this release (others: {nemo_rl_index.LIST_COMMAND} {tag})"
+        there = [other for other, theirs in sorted(elsewhere.items()) if key in theirs]
+        also = f" (it is one in NeMo RL {', '.join(there)})" if there else ""
+        if prefix in ("", "~") and (key not in keys or (prefix == "~" and declared is None)):
+            if key in keys:
+                hint = "it is null there and Hydra deletes only a set key: drop the item"
             else:
-                hint = f"write +{key}=... to add a new key"
+                close = difflib.get_close_matches(key, sorted(keys), n=3, cutoff=0.8)
+                if close:
+                    hint = f"did you mean {' or '.join(close)}?"
+                elif prefix == "~":
+                    hint = "there is nothing to remove: drop the item"
+                else:
+                    hint = f"write +{key}=... to add a new key"
             problems.append(
-                f"config '{JOBS_PROJECT}:extraOverrides' item {item!r}: {key} is not a key of {recipe} in NeMo RL "
-                f"{tag}, and its loader refuses it at train: {hint}"
+                f"{where}: {key} is not a key of {recipe} in NeMo RL {tag}{also}, and its loader refuses it at "
+                f"train: {fix[2:] if fix else hint}"
             )
-        elif prefix == "+" and exists:
+            continue
+        given = value_type(value) if value is not None else None
+        if prefix == "+" and key in keys and declared is not None and given not in ("list", "dict"):
             problems.append(
-                f"config '{JOBS_PROJECT}:extraOverrides' item {item!r}: {key} is already a key of {recipe} in "
-                f"NeMo RL {tag} (Hydra refuses to append it): drop the '+' ({key}={item.split('=', 1)[1]})"
+                f"{where}: {key} is already a key of {recipe} in NeMo RL {tag} (Hydra refuses to append it): "
+                f"drop the '+' ({key}={value}){fix}"
             )
-    return problems
+            continue
+        if prefix == "" and not _fits(declared, given):
+            problems.append(
+                f"{where}: {key} takes {TYPE_NAMES[str(declared)]} in {recipe} (NeMo RL {tag}: the type of the "
+                f"recipe's value), and {value!r} is {TYPE_NAMES.get(str(given), given)}{fix}"
+            )
+            continue
+        if prefix == "~":
+            for name in [k for k in keys if k == key or k.startswith(f"{key}.")]:
+                del keys[name]
+        else:
+            if key not in keys:
+                parts = key.split(".")
+                for depth in range(1, len(parts)):
+                    keys.setdefault(".".join(parts[:depth]), "dict")
+                keys[key] = given if given != "ref" else None
+            if value is not None:
+                set_by[key] = (value, source)
+    return problems, set_by
 
 
-def backend_problem(resolved: Mapping[str, Any], words: Iterable[str], recipe: str, tag: str) -> str | None:
+def shown_values(recipe_values: Mapping[str, Any], set_by: Mapping[str, tuple[str, str]]) -> str:
+    """The values a user most likely meant to change, each with where it came from (the recipe, the stack's own
+    settings, an extraOverride)."""
+    parts = []
+    for key, shown in nemo_rl_index.SHOWN.items():
+        if key in set_by:
+            value, source = set_by[key]
+        elif key in recipe_values:
+            value, source = recipe_values[key], "recipe"
+        else:
+            continue
+        parts.append(f"{shown.format(value)} ({source})")
+    return ", ".join(parts)
+
+
+def backend_problem(megatron: bool, words: Iterable[str], recipe: str, tag: str) -> str | None:
     """A recipe that trains with Megatron (policy.megatron_cfg.enabled) run as a DTensor one: the job stack knows the
     Megatron sizes of NeMo RL's performance recipes only (jobs/launcher/performance.py), and for any other recipe it
     writes policy.dtensor_cfg.tensor_parallel_size and checks the batch against DTensor's data-parallel size, neither
     of which that recipe trains with."""
-    policy = resolved.get("policy") or {}
-    megatron = (policy.get("megatron_cfg") or {}).get("enabled") is True
     dtensor_override = any(override_key(word)[1] == "policy.dtensor_cfg.tensor_parallel_size" for word in words)
     if not (megatron and dtensor_override):
         return None

@@ -18,7 +18,8 @@ from launcher.step_times import Published, published_for
 
 # A Kubernetes name that also suits a Ray submission id; suffixes of up to 16 characters are added to it.
 _RUN_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
-_OVERRIDE_RE = re.compile(r"^[+~]{0,2}[A-Za-z_][A-Za-z0-9_.\-]*=.*$")
+# Hydra's override forms: key=value, +key=value (append), ++key=value (append or override), ~key[=value] (delete).
+_OVERRIDE_RE = re.compile(r"^(\+{0,2}[A-Za-z_][A-Za-z0-9_.\-]*=.*|~[A-Za-z_][A-Za-z0-9_.\-]*(=.*)?)$")
 _STACK_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+){0,2}$")
 # Each retry resumes from the newest checkpoint; past a handful, a run that keeps failing needs a person.
 MAX_RESTARTS = 20
@@ -496,7 +497,7 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         raise ConfigError("extraOverrides", extra, "a list of key=value NeMo RL overrides")
     for item in extra:
         if not isinstance(item, str) or not _OVERRIDE_RE.match(item):
-            raise ConfigError("extraOverrides", item, "key=value (Hydra override syntax, + or ~ prefix allowed)")
+            raise ConfigError("extraOverrides", item, "key=value, +key=value, ++key=value or ~key (Hydra's override syntax)")
         key = item.split("=", 1)[0].lstrip("+~")
         if key in DERIVED_OVERRIDES:
             raise ConfigError("extraOverrides", item, f"{key} is derived from {DERIVED_OVERRIDES[key]}: set that")
