@@ -4,12 +4,14 @@ naming the key, the value and the fix."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
 
-from tools import plan, stack_check
+from tools import nemo_rl_index, plan, stack_check
 from tools.offline import load_stack_config, read_yaml
 
 
@@ -95,27 +97,34 @@ def test_missing_sources_say_the_one_command_that_fills_them(tmp_path: Path):
     assert stack_check.sources_problem(tmp_path, "v0.5.0") is None
 
 
-def test_a_recipe_not_in_the_release_is_refused_with_the_closest(tmp_path: Path):
-    configs = tmp_path / "examples" / "configs" / "recipes" / "llm"
-    configs.mkdir(parents=True)
-    (configs / "grpo-qwen2.5-math-1.5b-instruct-1n8g-fsdp2tp1.v3.yaml").write_text("{}")
-    assert stack_check.recipe_problem(tmp_path, "v0.5.0", f"{configs.relative_to(tmp_path)}/x.yaml") is not None
-    typo = "examples/configs/recipes/llm/grpo-qwen2.5-math-1.5b-instruct-1n8g-fsdp2tp1.v2.yaml"
-    problem = one_line(stack_check.recipe_problem(tmp_path, "v0.5.0", typo))
+QWEN = "examples/configs/recipes/llm/grpo-qwen2.5-math-1.5b-instruct-1n8g-fsdp2tp1.v3.yaml"
+
+
+def test_a_recipe_not_in_the_release_is_refused_with_the_closest_and_the_list_command():
+    typo = QWEN.replace("v3", "v2")
+    problem = one_line(stack_check.recipe_problem("v0.5.0", typo))
     assert problem.startswith(f"config 'nemo-rl-jobs:recipe' = {typo!r} is not a recipe of NeMo RL v0.5.0")
-    assert "did you mean examples/configs/recipes/llm/grpo-qwen2.5-math-1.5b-instruct-1n8g-fsdp2tp1.v3.yaml?" in problem
-    assert stack_check.recipe_problem(tmp_path, "v0.5.0", typo.replace("v2", "v3")) is None
+    assert f"nearest: {QWEN}, " in problem
+    assert "list them: python3 tools/nemo_rl_index.py --list v0.5.0 grpo " in problem
+    listed = subprocess.run(
+        [sys.executable, "tools/nemo_rl_index.py", "--list", "v0.5.0", "grpo"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert listed.returncode == 0 and QWEN in listed.stdout.splitlines() and typo not in listed.stdout
 
 
-RESOLVED = {"grpo": {"max_num_steps": 10, "seed": 42}, "logger": {"wandb": {"project": "p"}}}
+def checked(extra: list[str], tag: str = "v0.5.0", recipe: str = QWEN) -> list[str]:
+    keys = nemo_rl_index.keys_of(tag, recipe)
+    assert keys is not None
+    others = {other: nemo_rl_index.keys_of(other, recipe) or {} for other in nemo_rl_index.TAGS if other != tag}
+    problems, _ = stack_check.override_problems(keys, [(item, "override") for item in extra], recipe, tag, others)
+    return [one_line(p).replace(recipe, "R.yaml") for p in problems]
 
 
-def test_override_keys_are_held_against_the_resolved_recipe():
-    extra = ["grpo.max_num_step=20", "+grpo.seed=1", "~policy.nope", "grpo.seed=7", "cluster.x=1", "+grpo.new_key=1"]
-    problems = stack_check.override_key_problems(RESOLVED, extra, "R.yaml", "v0.5.0")
-    assert [one_line(p) for p in problems] == [
+def test_override_keys_are_held_against_the_recipes_keys_in_the_index():
+    assert checked(["grpo.max_num_step=20", "+grpo.seed=1", "~policy.nope", "cluster.x=1"]) == [
         "config 'nemo-rl-jobs:extraOverrides' item 'grpo.max_num_step=20': grpo.max_num_step is not a key of R.yaml "
-        "in NeMo RL v0.5.0, and its loader refuses it at train: did you mean grpo.max_num_steps?",
+        "in NeMo RL v0.5.0, and its loader refuses it at train: did you mean grpo.max_num_steps or "
+        "grpo.max_num_epochs?",
         "config 'nemo-rl-jobs:extraOverrides' item '+grpo.seed=1': grpo.seed is already a key of R.yaml in NeMo RL "
         "v0.5.0 (Hydra refuses to append it): drop the '+' (grpo.seed=1)",
         "config 'nemo-rl-jobs:extraOverrides' item '~policy.nope': policy.nope is not a key of R.yaml in NeMo RL "
@@ -123,6 +132,71 @@ def test_override_keys_are_held_against_the_resolved_recipe():
         "config 'nemo-rl-jobs:extraOverrides' item 'cluster.x=1': cluster.x is not a key of R.yaml in NeMo RL v0.5.0, "
         "and its loader refuses it at train: write +cluster.x=... to add a new key",
     ]
+    # Applied in order, as Hydra does: a key added with + can then be set, one deleted with ~ is gone.
+    assert checked(["+grpo.new_key=1", "grpo.new_key=2", "++grpo.seed=3", "~grpo.seed", "grpo.seed=4"]) == [
+        "config 'nemo-rl-jobs:extraOverrides' item 'grpo.seed=4': grpo.seed is not a key of R.yaml in NeMo RL v0.5.0, "
+        "and its loader refuses it at train: write +grpo.seed=... to add a new key"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("item", "declared", "given"),
+    [
+        ("grpo.max_num_steps=twenty", "an integer", "a string"),
+        ("grpo.max_num_steps=1e3", "an integer", "a floating-point number"),
+        ("policy.generation.colocated.enabled=1", "true or false", "an integer"),
+        ("grpo.num_prompts_per_step=[8]", "an integer", "a list [...]"),
+    ],
+)
+def test_an_override_of_the_wrong_type_is_refused_where_the_recipe_has_one(item: str, declared: str, given: str):
+    key, value = item.split("=", 1)
+    assert checked([item]) == [
+        f"config 'nemo-rl-jobs:extraOverrides' item {item!r}: {key} takes {declared} in R.yaml (NeMo RL v0.5.0: the "
+        f"type of the recipe's value), and {value!r} is {given}"
+    ]
+
+
+def test_values_of_the_recipes_types_null_and_interpolations_are_accepted():
+    fine = [
+        "grpo.max_num_steps=20",
+        "loss_fn.reference_policy_kl_penalty=0",  # an integer where a float is
+        "policy.generation.colocated.enabled=False",
+        "policy.model_name=Qwen/Qwen2.5-1.5B",
+        "logger.wandb.name=2024",  # a string takes any scalar
+        "policy.logprob_batch_size=${policy.train_micro_batch_size}",
+        "grpo.max_num_steps=null",
+    ]
+    assert checked(fine) == []
+    assert [stack_check.value_type(v) for v in ("1", "-2", "1.5", ".5", "1e-6", "inf", "TRUE", "null", "x", "'1'")] == [
+        "int", "int", "float", "float", "float", "float", "bool", None, "str", "str"
+    ]  # fmt: skip
+
+
+def test_a_key_the_release_dropped_names_the_release_that_has_it():
+    """v0.7.0 moved the GRPO data keys under data.default/train/validation: a v0.5.0 override on a v0.7.0 image."""
+    assert checked(["data.prompt_file=examples/prompts/cot.txt"], tag="v0.7.0") == [
+        "config 'nemo-rl-jobs:extraOverrides' item 'data.prompt_file=examples/prompts/cot.txt': data.prompt_file is "
+        "not a key of R.yaml in NeMo RL v0.7.0 (it is one in NeMo RL v0.5.0), and its loader refuses it at train: "
+        "did you mean data.default.prompt_file?"
+    ]
+    # The job stack's own overrides: named as its own, the recipe being what the user chose.
+    keys = nemo_rl_index.keys_of("v0.7.0", QWEN) or {}
+    problems, _ = stack_check.override_problems(keys, [("data.dataset_name=X", "stack")], QWEN, "v0.7.0", {})
+    assert one_line(problems[0]).startswith(
+        f"config 'nemo-rl-jobs:recipe' = {QWEN!r}: the job stack's own override 'data.dataset_name=X': "
+    )
+    assert problems[0].endswith("(others: python3 tools/nemo_rl_index.py --list v0.7.0)")
+
+
+def test_the_shown_values_say_where_each_came_from():
+    keys = nemo_rl_index.keys_of("v0.5.0", QWEN) or {}
+    words = [("grpo.max_num_steps=3", "stack"), ("+grpo.max_num_step=20", "override"), ("policy.model_name=M", "override")]
+    problems, set_by = stack_check.override_problems(keys, words, QWEN, "v0.5.0", {})
+    assert problems == []  # a + of a new key is Hydra's to add, and the plan's to show
+    assert stack_check.shown_values(nemo_rl_index.values_of("v0.5.0", QWEN), set_by) == (
+        "steps 3 (stack), prompts/step 32 (recipe), generations/prompt 16 (recipe), sequence length 512 (recipe), "
+        "model M (override), checkpoint every 10 steps (recipe)"
+    )
 
 
 def test_the_commands_the_checks_print_are_pulumi_config_commands():
@@ -185,23 +259,21 @@ def test_job_did_you_mean_maps_the_tutorials_names(key: str, hint: str):
 def test_a_megatron_recipe_outside_the_performance_table_is_refused():
     """The job stack knows the Megatron sizes of the performance recipes only: any other Megatron recipe would get a
     DTensor tensor-parallel override and a DTensor batch check; the plan, resolving it, says so."""
-    megatron = {"policy": {"megatron_cfg": {"enabled": True}, "dtensor_cfg": {"enabled": False}}}
     words = ["--config=R.yaml", "policy.dtensor_cfg.tensor_parallel_size=8", "grpo.max_num_steps=10"]
-    problem = stack_check.backend_problem(megatron, words, "R.yaml", "v0.5.0")
+    problem = stack_check.backend_problem(True, words, "R.yaml", "v0.5.0")
     assert problem is not None and one_line(problem) == problem
     assert problem.startswith("config 'nemo-rl-jobs:recipe' = 'R.yaml': it trains with Megatron")
     assert "jobs/launcher/performance.py" in problem
     # A performance recipe (no DTensor override written) or a DTensor recipe: nothing to say.
-    assert stack_check.backend_problem(megatron, words[:1] + words[2:], "R.yaml", "v0.5.0") is None
-    dtensor = {"policy": {"megatron_cfg": {"enabled": False}, "dtensor_cfg": {"enabled": True}}}
-    assert stack_check.backend_problem(dtensor, words, "R.yaml", "v0.5.0") is None
+    assert stack_check.backend_problem(True, words[:1] + words[2:], "R.yaml", "v0.5.0") is None
+    assert stack_check.backend_problem(False, words, "R.yaml", "v0.5.0") is None
 
 
 def test_the_plan_refuses_a_megatron_recipe_it_would_run_as_dtensor():
-    from upstream import REFERENCE, nemo_rl_python, reference
-
-    reference("nemo-rl-v0.5.0")
-    nemo_rl_python()
+    """From the index (the recipe's policy.megatron_cfg.enabled), with no sources at hand."""
     recipe = "examples/configs/recipes/llm/grpo-llama3.1-8b-instruct-1n8g-megatron-fp8-rollouts.v3.yaml"
     with pytest.raises(plan.PlanError, match=r"it trains with Megatron \(policy\.megatron_cfg\.enabled\) in NeMo RL"):
-        plan.run_plan("h200", job_overrides=[f"recipe={recipe}"], nemo_rl_sources=REFERENCE)
+        plan.run_plan("h200", job_overrides=[f"recipe={recipe}"], nemo_rl_sources=Path("/nonexistent"))
+    # The fix it offers is accepted: DTensor instead.
+    extra = 'extraOverrides=["policy.megatron_cfg.enabled=false", "policy.dtensor_cfg.enabled=true"]'
+    plan.run_plan("h200", job_overrides=[f"recipe={recipe}", extra], nemo_rl_sources=Path("/nonexistent"))

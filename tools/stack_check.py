@@ -206,7 +206,7 @@ def override_problems(
     stack's own) or 'override' (extraOverrides); `elsewhere` is the recipe's keys in the other releases, to say
     when a key is one there. Returns the problems (one line each) and the last override that set each key:
     key -> (value, source)."""
-    keys = dict(keys)
+    release_keys, keys = keys, dict(keys)
     problems: list[str] = []
     set_by: dict[str, tuple[str, str]] = {}
     for item, source in words:
@@ -218,13 +218,14 @@ def override_problems(
         else:  # not the user's to fix: the recipe (or the image's release) is
             where = f"config '{JOBS_PROJECT}:recipe' = {recipe!r}: the job stack's own override {item!r}"
             fix = f": the job stack cannot run this recipe on this release (others: {nemo_rl_index.LIST_COMMAND} {tag})"
-        there = [other for other, theirs in sorted(elsewhere.items()) if key in theirs]
+        there = [other for other, theirs in sorted(elsewhere.items()) if key in theirs and key not in release_keys]
         also = f" (it is one in NeMo RL {', '.join(there)})" if there else ""
         if prefix in ("", "~") and (key not in keys or (prefix == "~" and declared is None)):
             if key in keys:
                 hint = "it is null there and Hydra deletes only a set key: drop the item"
             else:
-                close = difflib.get_close_matches(key, sorted(keys), n=3, cutoff=0.8)
+                others = sorted(k for k in keys if not key.startswith(f"{k}."))  # not the key's own parents
+                close = difflib.get_close_matches(key, others, n=3, cutoff=0.8)
                 if close:
                     hint = f"did you mean {' or '.join(close)}?"
                 elif prefix == "~":
