@@ -190,7 +190,8 @@ def test_a_key_the_release_dropped_names_the_release_that_has_it():
 
 def test_the_shown_values_say_where_each_came_from():
     keys = nemo_rl_index.keys_of("v0.5.0", QWEN) or {}
-    words = [("grpo.max_num_steps=3", "stack"), ("+grpo.max_num_step=20", "override"), ("policy.model_name=M", "override")]
+    words = [("grpo.max_num_steps=3", "stack"), ("+grpo.max_num_step=20", "override")]
+    words += [("policy.model_name=M", "override")]
     problems, set_by = stack_check.override_problems(keys, words, QWEN, "v0.5.0", {})
     assert problems == []  # a + of a new key is Hydra's to add, and the plan's to show
     assert stack_check.shown_values(nemo_rl_index.values_of("v0.5.0", QWEN), set_by) == (
