@@ -220,64 +220,130 @@ def test_a_user_stack_without_a_wandb_key_plans_without_wandb(clone: Path, tmp_p
     assert "logger.wandb_enabled=True" in (tmp_path / "mine" / "pipeline.yaml").read_text()
 
 
-@pytest.fixture(scope="module")
-def nemo_rl_clone(clone: Path) -> Path:
-    """The clone with NeMo RL's loader at hand (.venv-nemorl) for the plan's recipe and override checks."""
-    upstream.reference("nemo-rl-v0.5.0")
-    python = upstream.nemo_rl_python()
-    if not (clone / ".venv-nemorl").exists():
-        (clone / ".venv-nemorl").symlink_to(python.parent.parent)
-    return clone
+# The recipe and every override, against the image's release's index (tools/nemo_rl_index.json): no NeMo RL sources,
+# no .venv-nemorl (the clone has neither).
+V070 = "nemoRlImage=nvcr.io/nvidia/nemo-rl:v0.7.0"
+DEFAULT_RECIPE = "examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml"
 
 
 @pytest.mark.parametrize(
-    ("job_config", "start", "fix"),
+    ("args", "line"),
     [
         (
-            "recipe=examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-lnog.yaml",
-            "plan: config 'nemo-rl-jobs:recipe' = 'examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-"
-            "actckpt-lnog.yaml' is not a recipe of NeMo RL v0.5.0",
-            "did you mean examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml?",
+            ["-j", "recipe=examples/configs/recipes/llm/grpo-nonexistent-1n8g.yaml"],
+            "plan: config 'nemo-rl-jobs:recipe' = 'examples/configs/recipes/llm/grpo-nonexistent-1n8g.yaml' is not a "
+            "recipe of NeMo RL v0.5.0 (the image's release; tools/nemo_rl_index.json): nearest: ",
         ),
         (
-            'extraOverrides=["grpo.max_num_step=20"]',
-            "plan: config 'nemo-rl-jobs:extraOverrides' item 'grpo.max_num_step=20': grpo.max_num_step is not a key",
-            "did you mean grpo.max_num_steps?",
+            ["-j", 'extraOverrides=["grpo.max_num_step=20"]'],
+            "plan: config 'nemo-rl-jobs:extraOverrides' item 'grpo.max_num_step=20': grpo.max_num_step is not a key "
+            f"of {DEFAULT_RECIPE} in NeMo RL v0.5.0, and its loader refuses it at train: did you mean "
+            "grpo.max_num_steps or grpo.max_num_epochs?",
         ),
         (
-            'extraOverrides=["+grpo.seed=1"]',
-            "plan: config 'nemo-rl-jobs:extraOverrides' item '+grpo.seed=1': grpo.seed is already a key",
-            "drop the '+' (grpo.seed=1)",
+            ["-j", 'extraOverrides=["grpo.max_num_steps=twenty"]'],
+            "plan: config 'nemo-rl-jobs:extraOverrides' item 'grpo.max_num_steps=twenty': grpo.max_num_steps takes an "
+            f"integer in {DEFAULT_RECIPE} (NeMo RL v0.5.0: the type of the recipe's value), and 'twenty' is a string",
+        ),
+        (
+            ["-j", 'extraOverrides=["~grpo.max_num_step"]'],
+            "plan: config 'nemo-rl-jobs:extraOverrides' item '~grpo.max_num_step': grpo.max_num_step is not a key of "
+            f"{DEFAULT_RECIPE} in NeMo RL v0.5.0, and its loader refuses it at train: did you mean grpo.max_num_steps",
+        ),
+        (
+            ["-j", 'extraOverrides=["+grpo.seed=1"]'],
+            "plan: config 'nemo-rl-jobs:extraOverrides' item '+grpo.seed=1': grpo.seed is already a key of "
+            f"{DEFAULT_RECIPE} in NeMo RL v0.5.0 (Hydra refuses to append it): drop the '+' (grpo.seed=1)",
+        ),
+        (  # a release switch: v0.7.0 moved the data keys under data.default, data.train and data.validation
+            ["-c", V070, "-j", 'extraOverrides=["data.prompt_file=examples/prompts/cot.txt"]'],
+            "plan: config 'nemo-rl-jobs:extraOverrides' item 'data.prompt_file=examples/prompts/cot.txt': "
+            f"data.prompt_file is not a key of {DEFAULT_RECIPE} in NeMo RL v0.7.0 (it is one in NeMo RL v0.5.0), and "
+            "its loader refuses it at train: did you mean data.default.prompt_file?",
         ),
     ],
 )
-def test_plan_refuses_what_the_releases_loader_would(nemo_rl_clone: Path, tmp_path: Path, job_config, start, fix):
-    sources = str(upstream.REFERENCE)
-    line = refusal(plan_of(nemo_rl_clone, "mine", tmp_path, "--nemo-rl-sources", sources, "-j", job_config))
-    assert line.startswith(start) and fix in line
-
-
-def test_plan_checks_a_user_stack_with_the_releases_loader(nemo_rl_clone: Path, tmp_path: Path):
-    sources = str(upstream.REFERENCE)
-    result = plan_of(
-        nemo_rl_clone, "mine", tmp_path, "--nemo-rl-sources", sources, "-j", 'extraOverrides=["grpo.seed=7"]'
+def test_plan_refuses_what_the_releases_loader_would(clone: Path, tmp_path: Path, args: list[str], line: str):
+    assert not (clone / ".venv-nemorl").exists()
+    assert refusal(plan_of(clone, "mine", tmp_path, "--nemo-rl-sources", str(tmp_path / "none"), *args)).startswith(
+        line
     )
+
+
+def test_the_list_command_a_refusal_prints_lists_the_releases_recipes(clone: Path, tmp_path: Path):
+    line = refusal(plan_of(clone, "mine", tmp_path, "-j", "recipe=examples/configs/recipes/llm/grpo-nonexistent.yaml"))
+    command = line.split("list them: ", 1)[1].split(" (", 1)[0]
+    assert command == "python3 tools/nemo_rl_index.py --list v0.5.0 grpo"
+    listed = run(command.split(), clone)
+    assert listed.returncode == 0 and DEFAULT_RECIPE in listed.stdout.splitlines()
+    assert all(path.startswith("examples/configs/") and "grpo" in path for path in listed.stdout.splitlines())
+
+
+def test_an_added_key_is_accepted_and_the_values_it_left_unchanged_are_shown(clone: Path, tmp_path: Path):
+    """A + of a new key is Hydra's to add (no refusal); a typo in it leaves the value it meant unchanged, and the plan
+    shows which value came from where."""
+    extra = 'extraOverrides=["+grpo.max_num_step=20", "policy.max_total_sequence_length=8192"]'
+    result = plan_of(clone, "mine", tmp_path, "--nemo-rl-sources", str(tmp_path / "none"), "-j", extra)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "NeMo RL v0.5.0's own loader accepted the recipe and overrides of: train" in result.stdout
-
-
-@pytest.mark.parametrize("stack", ["dev", "h200", "b200", "h200-benchmark", "smoke"])
-def test_the_shipped_stacks_pass_the_releases_loader(nemo_rl_clone: Path, tmp_path: Path, stack: str):
-    result = plan_of(nemo_rl_clone, stack, tmp_path, "--nemo-rl-sources", str(upstream.REFERENCE))
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "NeMo RL v0.5.0's own loader accepted the recipe and overrides of: train" in result.stdout
-
-
-def test_without_the_sources_the_plan_says_how_to_fetch_them(clone: Path, tmp_path: Path):
-    result = plan_of(clone, "mine", tmp_path, "--nemo-rl-sources", str(tmp_path / "cache"))
-    assert result.returncode == 0, result.stderr[-3000:]
+    out = " ".join(result.stdout.split())
+    assert "recipe and override keys checked against NeMo RL v0.5.0's index (tools/nemo_rl_index.json): train" in out
     assert (
-        f"recipe and override keys NOT checked against NeMo RL v0.5.0: no sources of that release at "
-        f"{tmp_path}/cache/nemo-rl-v0.5.0; fetch them once: git clone --quiet --depth 1 --branch v0.5.0 "
-        f"https://github.com/NVIDIA-NeMo/RL.git {tmp_path}/cache/nemo-rl-v0.5.0"
-    ) in " ".join(result.stdout.split())  # wrapped to the screen's width; a path or URL is never broken
+        "train: steps 10 (stack), prompts/step 16 (stack), generations/prompt 32 (stack), sequence length 8192 "
+        "(override), model google/gemma-3-27b-it (recipe), checkpoint every 10 steps (recipe)"
+    ) in out
+
+
+@pytest.mark.parametrize("stack", ["dev", "h200", "b200", "h200-4node", "h200-benchmark", "smoke"])
+@pytest.mark.parametrize("image", ["v0.5.0", "v0.7.0"])
+def test_the_shipped_stacks_pass_the_index(clone: Path, tmp_path: Path, stack: str, image: str):
+    """Every key the job stack itself overrides (model, dataset, sizes, paths) is one of its recipe in both releases:
+    a release that dropped one would fail here, in the plan, not on the cluster."""
+    args = ["-c", f"nemoRlImage=nvcr.io/nvidia/nemo-rl:{image}"]
+    result = plan_of(clone, stack, tmp_path, "--nemo-rl-sources", str(tmp_path / "none"), *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"recipe and override keys checked against NeMo RL {image}'s index" in result.stdout
+
+
+@pytest.fixture(scope="module")
+def own_recipe_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A user's NeMo RL tree: the release's sources plus a recipe of their own the index cannot know."""
+    root = tmp_path_factory.mktemp("sources")
+    shutil.copytree(upstream.reference("nemo-rl-v0.5.0"), root / "nemo-rl-v0.5.0")
+    (root / "nemo-rl-v0.5.0" / OWN_RECIPE).write_text(
+        f"defaults: {Path(DEFAULT_RECIPE).name}\ngrpo:\n  max_num_steps: 7\n"
+    )
+    return root
+
+
+OWN_RECIPE = "examples/configs/recipes/llm/grpo-gemma3-27b-acme.yaml"
+
+
+@pytest.fixture(scope="module")
+def nemo_rl_clone(clone: Path) -> Path:
+    """The clone with NeMo RL's loader at hand (.venv-nemorl), for a recipe the index cannot know."""
+    python = upstream.nemo_rl_python()
+    clone_with = clone.parent / "clone-with-loader"
+    if not clone_with.exists():
+        shutil.copytree(clone, clone_with, symlinks=True)
+        (clone_with / ".venv-nemorl").symlink_to(python.parent.parent)
+    return clone_with
+
+
+def test_a_recipe_of_your_own_is_checked_with_the_releases_loader(
+    nemo_rl_clone: Path, own_recipe_sources: Path, tmp_path: Path
+):
+    sources = ["--nemo-rl-sources", str(own_recipe_sources), "-j", f"recipe={OWN_RECIPE}"]
+    result = plan_of(nemo_rl_clone, "mine", tmp_path, *sources, "-j", 'extraOverrides=["grpo.seed=7"]')
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"NeMo RL v0.5.0's own loader accepted the recipe and overrides of: train ({own_recipe_sources})" in (
+        " ".join(result.stdout.split())
+    )
+    line = refusal(plan_of(nemo_rl_clone, "mine", tmp_path, *sources, "-j", 'extraOverrides=["grpo.max_num_step=2"]'))
+    assert line.startswith(
+        f"plan: config 'nemo-rl-jobs:extraOverrides' item 'grpo.max_num_step=2': grpo.max_num_step is not a key of "
+        f"{OWN_RECIPE} in NeMo RL v0.5.0"
+    )
+    # Without the sources that hold it, it is not a recipe of the release.
+    line = refusal(plan_of(nemo_rl_clone, "mine", tmp_path, "-j", f"recipe={OWN_RECIPE}"))
+    assert line.startswith(f"plan: config 'nemo-rl-jobs:recipe' = {OWN_RECIPE!r} is not a recipe of NeMo RL v0.5.0")
+    assert f"make plan NEMO_RL_SOURCES=DIR with DIR/nemo-rl-v0.5.0/{OWN_RECIPE}" in line
