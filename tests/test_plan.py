@@ -14,7 +14,6 @@ import kubernetes_validate
 import pytest
 import yaml
 from conftest import ROOT
-from upstream import REFERENCE
 
 from infra.cost import dollar_range
 from infra.gke_rules import MAINTENANCE_EXCLUSION_START
@@ -332,8 +331,8 @@ def test_make_plan_fits_one_screen_and_names_the_files_with_the_details(
     helm-python-sdk), and it names every file and folder under build/<stack>/ that holds the details."""
     if chart != "chart at hand":
         monkeypatch.setattr(ray_pods, "chart_problem", lambda *args: CHART_MISSING)
-    # The release's sources at hand, as after the one-time fetch the plan asks for (tests/upstream.py REFERENCE).
-    sources = ["--nemo-rl-sources", str(REFERENCE)]
+    # No NeMo RL sources at hand, as for a new user: the recipe is checked against the index, its values listed.
+    sources = ["--nemo-rl-sources", str(tmp_path / "no-sources")]
     assert plan.main(["--stack", stack, "--out", str(tmp_path), *sources]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()

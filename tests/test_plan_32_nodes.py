@@ -39,8 +39,7 @@ JOB = [
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[plan.Plan, Path]:
-    # An empty sources folder: NeMo RL's loader is not run here (tests/jobs/test_checkpoints.py and the shipped
-    # plans run it); the plan says so and goes on.
+    # An empty sources folder: the recipe and overrides are checked against the index (tools/nemo_rl_index.json).
     empty = tmp_path_factory.mktemp("no-sources")
     result = plan.run_plan("h200", infra_overrides=INFRA, job_overrides=JOB, nemo_rl_sources=empty)
     out = tmp_path_factory.mktemp("plan32") / "h200-32n"
