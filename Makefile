@@ -71,9 +71,9 @@ test:
 # the run of a user without a W&B key (TensorBoard on Lustre instead). PREVIOUS=<outputs.json> (what `pulumi stack
 # output --json --show-secrets` prints for the deployed stack, or a plan's outputs.json) adds what the day-2 guard
 # makes of each changed key: updated in place, rolled, replaced or refused (tools/day2_preview.py).
-# The recipe and every override are checked with NeMo RL's own loader (.venv-nemorl) on the image's release's
-# sources: NEMO_RL_SOURCES is a folder holding nemo-rl-<tag>/ (default ~/.cache/nemo-rl-gke; the plan prints the
-# one git command that fills it when it is empty).
+# The recipe and every override are checked against the image's release's index (tools/nemo_rl_index.json); a
+# recipe the index cannot know (your own) with NeMo RL's loader (.venv-nemorl) on NEMO_RL_SOURCES, a folder holding
+# nemo-rl-<tag>/ (default ~/.cache/nemo-rl-gke). See docs/configuration.md, "Recipe and override check".
 plan: $(BIN)/.runtime
 	$(BIN)/python tools/plan.py --stack $(STACK) $(if $(filter off,$(WANDB)),--no-wandb) $(if $(NEMO_RL_SOURCES),--nemo-rl-sources $(NEMO_RL_SOURCES)) $(if $(PREVIOUS),--previous $(PREVIOUS))
 

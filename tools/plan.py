@@ -987,8 +987,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--nemo-rl-sources",
         type=Path,
         default=None,
-        help="folder holding nemo-rl-<tag>/, NeMo RL's sources at the image's release, to check the recipe and "
-        f"overrides with its own loader (default {stack_check.default_sources_root()})",
+        help="folder holding nemo-rl-<tag>/, NeMo RL's sources at the image's release, to check a recipe the index "
+        f"(tools/nemo_rl_index.json) cannot know with its own loader (default {stack_check.default_sources_root()})",
     )
     parser.add_argument(
         "--previous",

@@ -497,7 +497,7 @@ def build_job_settings(values: Mapping[str, Any], infra: InfraOutputs) -> JobSet
         raise ConfigError("extraOverrides", extra, "a list of key=value NeMo RL overrides")
     for item in extra:
         if not isinstance(item, str) or not _OVERRIDE_RE.match(item):
-            raise ConfigError("extraOverrides", item, "key=value, +key=value, ++key=value or ~key (Hydra's override syntax)")
+            raise ConfigError("extraOverrides", item, "key=value, +key=value, ++key=value or ~key (Hydra syntax)")
         key = item.split("=", 1)[0].lstrip("+~")
         if key in DERIVED_OVERRIDES:
             raise ConfigError("extraOverrides", item, f"{key} is derived from {DERIVED_OVERRIDES[key]}: set that")
