@@ -175,6 +175,7 @@ def test_extra_overrides_come_last(infra_outputs):
         ({"runName": "a" * 41}, "runName", "1-40 characters"),
         ({"vllmGpuMemoryUtilization": 1.5}, "vllmGpuMemoryUtilization", "(0, 1]"),
         ({"extraOverrides": ["no-equals-sign"]}, "extraOverrides", "key=value"),
+        ({"extraOverrides": ["~+grpo.seed"]}, "extraOverrides", "or ~key (Hydra syntax)"),
         ({"recipe": "/etc/passwd"}, "recipe", "examples/configs/"),
         ({"infraStack": ""}, "infraStack", "organization/nemo-rl-gke/h200"),
         ({"preflightLustreMinFraction": 2}, "preflightLustreMinFraction", "(0, 1]"),
@@ -195,6 +196,13 @@ def test_bad_job_config_names_key_and_value(infra_outputs, values, key, fragment
     assert caught.value.key == key
     assert f"'{key}'" in str(caught.value)
     assert fragment in str(caught.value)
+
+
+def test_every_hydra_override_form_passes_the_syntax_check(infra_outputs):
+    """A deletion needs no value (`~key`, or `~key=value` to delete only that value); the plan checks the keys."""
+    infra = infra_of(infra_outputs["h200"])
+    forms = ["grpo.seed=1", "+grpo.new_key=1", "++grpo.seed=2", "~checkpointing.keep_top_k", "~grpo.seed=2"]
+    assert job_with(infra, extraOverrides=forms).extra_overrides == tuple(forms)
 
 
 def test_a_second_append_of_a_key_the_pipeline_sets_is_refused(infra_outputs):
