@@ -30,7 +30,8 @@ def test_the_index_is_what_the_releases_loader_resolves_from_the_reference(tag: 
     assert changed == [], f"{nemo_rl_index.WRITE_COMMAND} refreshes these entries"
     # Only what the reference cannot resolve is left without keys, and the entry says why.
     unindexed = {path: entry["unindexed"] for path, entry in stored["recipes"].items() if "unindexed" in entry}
-    assert all(reason.startswith("the loader could not resolve it here: ") for reason in unindexed.values())
+    why = "the loader could not resolve it from the sources the index was made from: "
+    assert all(reason.startswith(why) for reason in unindexed.values())
     assert len(unindexed) < len(stored["recipes"]) / 10
 
 

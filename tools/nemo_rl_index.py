@@ -153,7 +153,8 @@ def release_index(sources: Path) -> dict[str, Any]:
         if answer["code"] != 0:
             lines = answer["stderr"].strip().splitlines()
             reason = (lines[-1] if lines else f"exit {answer['code']}").split(": ", 2)[-1]
-            entries[path] = {"unindexed": f"the loader could not resolve it here: {reason}".replace(f"{sources}/", "")}
+            reason = f"the loader could not resolve it from the sources the index was made from: {reason}"
+            entries[path] = {"unindexed": reason.replace(f"{sources}/", "")}
             continue
         config = json.loads(answer["stdout"])
         resolved[path] = flat_keys(config)
