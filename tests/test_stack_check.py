@@ -278,3 +278,24 @@ def test_the_plan_refuses_a_megatron_recipe_it_would_run_as_dtensor():
     # The fix it offers is accepted: DTensor instead.
     extra = 'extraOverrides=["policy.megatron_cfg.enabled=false", "policy.dtensor_cfg.enabled=true"]'
     plan.run_plan("h200", job_overrides=[f"recipe={recipe}", extra], nemo_rl_sources=Path("/nonexistent"))
+
+
+def test_a_deletion_of_a_null_key_is_refused_as_hydra_refuses_it():
+    assert checked(["~loss_fn.ratio_clip_c"]) == [
+        "config 'nemo-rl-jobs:extraOverrides' item '~loss_fn.ratio_clip_c': loss_fn.ratio_clip_c is null in R.yaml "
+        "(NeMo RL v0.5.0), and Hydra deletes only a key that is set: drop the item"
+    ]
+
+
+def test_a_recipe_the_index_lists_without_keys_is_planned_and_said_to_be_unchecked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+):
+    """A v0.7.0 recipe whose defaults chain ../shared/reference lacks: it is a recipe of the release (not refused),
+    and without sources that hold it the plan says its keys were not checked and how to fetch the sources."""
+    recipe = "examples/configs/recipes/llm/grpo-qwen3-1.7b-2n8g-megatron-super-rlhf.yaml"
+    assert nemo_rl_index.keys_of("v0.7.0", recipe) is None and nemo_rl_index.unindexed_reason("v0.7.0", recipe)
+    image = "nemoRlImage=nvcr.io/nvidia/nemo-rl:v0.7.0"
+    plan.run_plan("dev", [image], [f"recipe={recipe}"], nemo_rl_sources=tmp_path)
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"{recipe}: keys not in the index (the loader could not resolve it from the sources the index" in out
+    assert f"NOT checked against NeMo RL v0.7.0: no sources of that release at {tmp_path}/nemo-rl-v0.7.0" in out

@@ -400,7 +400,10 @@ def check_with_nemo_rl(
         keys = nemo_rl_index.keys_of(tag, recipe)
         if keys is None:
             note = _check_with_loader(tag, recipe, ours, tail, stack_check.release_sources(root, tag))
-            (notes.append(note) if note else loaded.append(step["step"]))
+            if note:
+                notes.append(note)
+            else:
+                loaded.append(step["step"])
             continue
         elsewhere = {other: nemo_rl_index.keys_of(other, recipe) or {} for other in nemo_rl_index.TAGS if other != tag}
         sources = [(word, "stack") for word in ours] + [(word, "override") for word in tail]
@@ -437,7 +440,7 @@ def _check_with_loader(tag: str, recipe: str, ours: list[str], tail: list[str], 
     resolved, refusal = _nemo_rl_loader(sources, [f"--config={recipe}", *ours])
     if resolved is None:
         raise PlanError(f"NeMo RL {tag}'s loader refused the config ({recipe}): {refusal}")
-    keys = stack_check.nemo_rl_index.flat_keys(resolved)
+    keys = nemo_rl_index.flat_keys(resolved)
     problems, _ = stack_check.override_problems(keys, [(word, "override") for word in tail], recipe, tag, {})
     megatron = (resolved.get("policy") or {}).get("megatron_cfg") or {}
     backend = stack_check.backend_problem(megatron.get("enabled") is True, ours, recipe, tag)

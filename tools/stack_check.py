@@ -221,18 +221,21 @@ def override_problems(
             fix = f": the job stack cannot run this recipe on this release (others: {nemo_rl_index.LIST_COMMAND} {tag})"
         there = [other for other, theirs in sorted(elsewhere.items()) if key in theirs and key not in release_keys]
         also = f" (it is one in NeMo RL {', '.join(there)})" if there else ""
-        if prefix in ("", "~") and (key not in keys or (prefix == "~" and declared is None)):
-            if key in keys:
-                hint = "it is null there and Hydra deletes only a set key: drop the item"
+        if prefix == "~" and key in keys and declared is None:
+            problems.append(
+                f"{where}: {key} is null in {recipe} (NeMo RL {tag}), and Hydra deletes only a key that is set: "
+                f"drop the item{fix}"
+            )
+            continue
+        if prefix in ("", "~") and key not in keys:
+            others = sorted(k for k in keys if not key.startswith(f"{k}."))  # not the key's own parents
+            close = difflib.get_close_matches(key, others, n=3, cutoff=0.8)
+            if close:
+                hint = f"did you mean {' or '.join(close)}?"
+            elif prefix == "~":
+                hint = "there is nothing to remove: drop the item"
             else:
-                others = sorted(k for k in keys if not key.startswith(f"{k}."))  # not the key's own parents
-                close = difflib.get_close_matches(key, others, n=3, cutoff=0.8)
-                if close:
-                    hint = f"did you mean {' or '.join(close)}?"
-                elif prefix == "~":
-                    hint = "there is nothing to remove: drop the item"
-                else:
-                    hint = f"write +{key}=... to add a new key"
+                hint = f"write +{key}=... to add a new key"
             problems.append(
                 f"{where}: {key} is not a key of {recipe} in NeMo RL {tag}{also}, and its loader refuses it at "
                 f"train: {fix[2:] if fix else hint}"
@@ -254,6 +257,7 @@ def override_problems(
         if prefix == "~":
             for name in [k for k in keys if k == key or k.startswith(f"{key}.")]:
                 del keys[name]
+            set_by[key] = ("deleted", source)
         else:
             if key not in keys:
                 parts = key.split(".")
