@@ -76,19 +76,19 @@ def load(path: Path = INDEX) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def recipes(tag: str, index: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def recipes(tag: str) -> dict[str, Any]:
     """The release's recipes: path -> entry ({} for an unknown release)."""
-    return dict(((index or load()).get(tag) or {}).get("recipes") or {})
+    recipes: dict[str, Any] = (load().get(tag) or {}).get("recipes") or {}
+    return recipes
 
 
-def keys_of(tag: str, recipe: str, index: Mapping[str, Any] | None = None) -> dict[str, str | None] | None:
+def keys_of(tag: str, recipe: str) -> dict[str, str | None] | None:
     """The recipe's resolved keys and their types; None when the index lists no keys for it (unknown, or not
     resolvable where the index was made: unindexed_reason says why)."""
-    entries = recipes(tag, index)
-    entry = entries.get(recipe)
+    entry = recipes(tag).get(recipe)
     if entry is None or "unindexed" in entry:
         return None
-    keys = dict(keys_of(tag, entry["base"], index) or {}) if "base" in entry else {}
+    keys = (keys_of(tag, entry["base"]) or {}) if "base" in entry else {}
     for key in entry.get("drop", []):
         keys.pop(key, None)
     keys.update(entry["keys"])
