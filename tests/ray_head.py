@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from workloads.ray_values import JOB_START_TIMEOUT_ENV, JOB_START_TIMEOUT_S, NODE_RESOURCES_ENV, PLACE_RESOURCE
+
 RAY_BIN = Path(sys.executable).parent / "ray"
 HEAD_GPUS = 2
 # Ray's workers and drivers bind ports from 10002-19999 unless told otherwise; `make unit` runs several pytest
@@ -490,6 +492,10 @@ class RayHead:
             env.pop(name, None)
         if self.auth_token:
             env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.auth_token)
+        # As the infra stack's head: the places of run admission (jobs/submitter/admission.py), one per GPU worker
+        # the cluster may have (HEAD_GPUS here), and Ray's job start timeout for the queued ones.
+        env[NODE_RESOURCES_ENV] = json.dumps({PLACE_RESOURCE: HEAD_GPUS})
+        env[JOB_START_TIMEOUT_ENV] = str(JOB_START_TIMEOUT_S)
         return env
 
     def _say(self, message: str) -> None:

@@ -159,6 +159,10 @@ class PipelineJob(pulumi.ComponentResource):
             ),
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=4,
+                # One submitter pod at a time: a replacement starts only once the old pod has ended (a pod lost with
+                # its node is failed once its node is gone), never beside it. (The API requires Failed with a
+                # podFailurePolicy anyway; spelled out because the run's one-submitter rule rests on it.)
+                pod_replacement_policy="Failed",
                 ttl_seconds_after_finished=KEEP_FINISHED_SECONDS,
                 pod_failure_policy=k8s.batch.v1.PodFailurePolicyArgs(
                     rules=[
