@@ -607,8 +607,7 @@ def test_only_the_train_step_is_retried_and_each_attempt_guards_the_checkpoints(
         "--gpus-per-node=8",
         f"--timeout-s={job.wait_for_workers_minutes * 60}",
         # It waits for every admitted run's nodes, this one's included (submitter/admission.py).
-        "--admission-dir=/data/.run-admission",
-        "--run=exp3",
+        "--with-admitted-runs",
     ]
     assert guard == "python /data/exp3/scripts/checkpoint_guard.py --checkpoint-dir=/data/exp3"
     assert run.startswith("cd /opt/nemo-rl && uv run python examples/run_grpo_math.py")
