@@ -73,7 +73,7 @@ def test_a_protected_lustre_is_not_replaced_even_when_listed(deployed):
     for allowed in ([], ["lustre.filesystem"]):
         (line,) = refused_lines({**change, "allowReplace": allowed}, deployed)
         assert line.startswith("lustre.filesystem: 'lustrefs' -> 'scratch' is refused: it replaces Lustre, which the")
-        assert "first pulumi config set protectData false and pulumi up with the old value" in line
+        assert "first pulumi config set protectData false && pulumi up with the old value" in line
         assert line.endswith("put the old value back: pulumi config set --path 'lustre.filesystem' lustrefs")
 
 
