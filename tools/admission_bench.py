@@ -110,12 +110,8 @@ def main() -> int:
                 counts["step twice"] += twice
     finally:
         head.close()
-    print(
-        f"two runs, {args.trials} trials: {counts['over capacity']} over capacity, {counts['none admitted']} none admitted"
-    )
-    print(
-        f"two submitters, {args.trials} trials: {counts['two places']} with two places, {counts['step twice']} step twice"
-    )
+    print(f"two runs, {args.trials} trials: {counts['over capacity']} over, {counts['none admitted']} none")
+    print(f"two submitters, {args.trials} trials: {counts['two places']} 2 places, {counts['step twice']} twice")
     return 1 if any(counts.values()) else 0
 
 
