@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from submitter.errors import EndedError
 from submitter.output import Output, short
 from submitter.ray_api import LIST_TIMEOUT_S, jobs_api
 
@@ -247,7 +248,7 @@ def wait_for_place(address: str, run: str, out: Output, poll_s: float = 5.0) -> 
         if state == "RUNNING":
             return
         if newest is not None and state == "STOPPED":
-            raise RuntimeError(f"the run's place {newest.submission_id} was stopped: nothing more is submitted")
+            raise EndedError(f"the run's place {newest.submission_id} was stopped: nothing more is submitted")
         if state != said:
             out.say(f"waiting for the run's place on the GPU nodes before submitting (it is {state})")
             said = state
