@@ -299,9 +299,11 @@ EFFECTS: tuple[KeyEffect, ...] = (
         "rayWorkerReplicas",
         DELETES_WORKERS,
         f"with rayAutoscaling off, KubeRay deletes running GPU workers (pods chosen at random) down to the new count: "
-        f"{_TRAINING_DIES}; with rayAutoscaling on it deletes only the pods the autoscaler names: in place",
+        f"{_TRAINING_DIES}; with rayAutoscaling on it deletes only the pods the autoscaler names: in place; the "
+        "head's admission capacity (gpu_node units, its RAY_OVERRIDE_RESOURCES env) reaches a running head only when "
+        "it next starts, so a run asking for more nodes than before queues until then",
         "KubeRay 1.5.1 ray-operator/controllers/ray/raycluster_controller.go reconcilePods (diff < 0: random "
-        "deletion unless enableInTreeAutoscaling)",
+        "deletion unless enableInTreeAutoscaling; a changed head template is not applied to the running head pod)",
         in_place_if="increase",
     ),
     KeyEffect(

@@ -520,9 +520,13 @@ _HEAD_APPLIED = ("autoscalerOptions", "idleTimeoutSeconds")
 def pod_template_digest(values: dict[str, Any]) -> str:
     """A digest of what KubeRay creates Ray pods from: the chart values without what it applies to running pods.
     It changes exactly when running pods would differ from new ones, and then the RayCluster is replaced
-    (workloads/raycluster.py) and the day-2 guard asks first (infra/day2.py)."""
+    (workloads/raycluster.py) and the day-2 guard asks first (infra/day2.py). One exception: the head's admission
+    capacity (NODE_RESOURCES_ENV, the worker count) is left out, as replacing the cluster for it would kill the very
+    training the new count is for; a running head keeps its count until it next starts (docs/operations.md)."""
     template = copy.deepcopy(values)
-    template.get("head", {}).get(_HEAD_APPLIED[0], {}).pop(_HEAD_APPLIED[1], None)
+    head = template.get("head", {})
+    head.get(_HEAD_APPLIED[0], {}).pop(_HEAD_APPLIED[1], None)
+    head["containerEnv"] = [e for e in head.get("containerEnv", []) if e.get("name") != NODE_RESOURCES_ENV]
     for group in [template.get("worker", {}), *template.get("additionalWorkerGroups", {}).values()]:
         for (field,) in _APPLIED_TO_RUNNING_PODS:
             group.pop(field, None)
