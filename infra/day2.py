@@ -64,6 +64,8 @@ IN_PLACE = "in place"
 ROLLS_NODES = "rolls nodes"
 REPLACES = "replaces"
 REFUSED = "refused"  # the API cannot do it: refused even when listed in allowReplace
+DELETES_WORKERS = "deletes workers"  # KubeRay deletes running Ray workers: a running training dies
+_NEEDS_ALLOWANCE = (REPLACES, ROLLS_NODES, DELETES_WORKERS)
 
 # The stack output that records what the guard compares.
 DEPLOYED_SETTINGS_OUTPUT = "deployedSettings"
@@ -284,8 +286,26 @@ EFFECTS: tuple[KeyEffect, ...] = (
         "DesiredDefaultEnablePrivateNodes only; node pools' network_config.enable_private_nodes unset",
     ),
     # In place: nothing is replaced and no running pod is touched.
-    KeyEffect("gpuNodes", IN_PLACE, "the GPU pool's autoscaling limit", "node pool autoscaling updatable"),
-    KeyEffect("rayWorkerReplicas", IN_PLACE, "KubeRay scales the worker group", "KubeRay 1.5.1 reconcilePods"),
+    KeyEffect(
+        "gpuNodes",
+        DELETES_WORKERS,
+        "the GPU pool's autoscaling limit, in place; with rayWorkerReplicas unset it follows gpuNodes, and a smaller "
+        f"value with rayAutoscaling off makes KubeRay delete running GPU workers: {_TRAINING_DIES} (with "
+        "rayAutoscaling on: in place)",
+        "node pool autoscaling updatable; KubeRay 1.5.1 raycluster_controller.go reconcilePods",
+        in_place_if="increase",
+    ),
+    KeyEffect(
+        "rayWorkerReplicas",
+        DELETES_WORKERS,
+        f"with rayAutoscaling off, KubeRay deletes running GPU workers (pods chosen at random) down to the new count: "
+        f"{_TRAINING_DIES}; with rayAutoscaling on it deletes only the pods the autoscaler names: in place; the "
+        "head's admission capacity (gpu_node units, its RAY_OVERRIDE_RESOURCES env) reaches a running head only when "
+        "it next starts, so a run asking for more nodes than before queues until then",
+        "KubeRay 1.5.1 ray-operator/controllers/ray/raycluster_controller.go reconcilePods (diff < 0: random "
+        "deletion unless enableInTreeAutoscaling; a changed head template is not applied to the running head pod)",
+        in_place_if="increase",
+    ),
     KeyEffect(
         "rayIdleTimeoutSeconds",
         IN_PLACE,
@@ -310,8 +330,11 @@ EFFECTS: tuple[KeyEffect, ...] = (
     KeyEffect(
         "protectCompute",
         IN_PLACE,
-        "Pulumi's protect on the cluster and the GPU pool (lifted for a change whose key is in allowReplace)",
-        "engine step.go DeleteStep, step_generator.go (protected in state and program: never replaced)",
+        "Pulumi's protect on the cluster and the GPU pool: a key in allowReplace lifts it for a change that replaces "
+        "them itself; a change that replaces a network or subnet under them is refused while the last deployment "
+        "had it on (the engine checks the state's flag of each dependent it deletes first)",
+        "pulumi v3.259 pkg/resource/deploy/step_generator.go generateStepsFromDiff (protected in state and program: "
+        "never replaced; delete-before-replace: a dependent protected in the state stops the update)",
     ),
     KeyEffect("deletionProtection", IN_PLACE, "GKE deletion protection", "container_cluster deletion_protection"),
     KeyEffect(
@@ -330,7 +353,8 @@ EFFECTS: tuple[KeyEffect, ...] = (
         "exportBucket",
         IN_PLACE,
         "the Ray service account's bucket grant; from create to anything else the bucket is deleted (only when "
-        "empty: force_destroy is off), refused while the last deployment protected it",
+        "empty: force_destroy is off), refused while the last deployment protected it, but to the created bucket's "
+        "own name (kept once out of the state); while it is create, a new clusterName or gcp:project is refused",
         "storage/resource_storage_bucket.go force_destroy; engine step.go DeleteStep refuses a protected resource",
     ),
     KeyEffect(
@@ -366,7 +390,8 @@ EFFECTS_BY_KEY = {effect.key: effect for effect in EFFECTS}
 
 # What replaces the cluster, and the GPU pool (the cluster's keys replace the pool with it). With protectCompute the
 # engine refuses to delete either; listing one of these keys in allowReplace lifts that lock for the change, in the
-# same `pulumi up` (the engine allows unprotecting and replacing in one update).
+# same `pulumi up`: the engine allows unprotecting and replacing a resource in one update when the resource's own
+# diff replaces it (step_generator.go generateStepsFromDiff, `new.Protect && old.Protect`).
 REPLACES_CLUSTER = ("gcp:project", "gcp:region", "clusterName", "networkRanges.clusterSubnet")
 REPLACES_GPU_POOL = (
     *REPLACES_CLUSTER,
@@ -379,8 +404,20 @@ REPLACES_GPU_POOL = (
     "maxRunHours",
     "imageCacheDisk",
 )
-
-
+# What replaces, delete-first (explicit names), a network or subnet the cluster or the GPU pool uses: the engine
+# deletes those as dependents first, and refuses a dependent protected in the STATE (pulumi v3.259
+# step_generator.go generateStepsFromDiff, the loop over calculateDependentReplacements: "unable to replace resource
+# ... as part of replacing ..."), whatever this run registers. So while the last deployment had protectCompute on,
+# allowReplace alone would fail halfway: the lock must be lifted by an `up` of its own first.
+REPLACES_NETWORKS = (
+    "gcp:project",
+    "gcp:region",
+    "clusterName",
+    "zone",
+    "networkRanges.clusterSubnet",
+    "networkRanges.gvnicSubnet",
+    "networkRanges.rdmaSubnets",
+)
 # What replaces the Lustre instance. While the last deployment protected it (protectData), its state holds Pulumi's
 # protect and the provider's deletion_policy PREVENT: a replacement fails at the delete, so the guard refuses it.
 REPLACES_LUSTRE = (
@@ -391,12 +428,25 @@ REPLACES_LUSTRE = (
     "lustre.filesystem",
     "lustre.perUnitStorageThroughput",
 )
-_PROTECTED_LUSTRE_WHAT = (
-    "it replaces Lustre, which the last deployment protected (protectData: Pulumi's protect and the provider's "
-    "deletion_policy PREVENT are in the state), so the delete would fail halfway; to go ahead: first pulumi config "
-    "set protectData false and pulumi up with the old value (that lifts both; the data is still there), then this "
-    "change with the key in allowReplace"
+# What renames a created export bucket (<project>-<clusterName>-models): pulumi-gcp replaces a named bucket
+# delete-first, and a bucket that holds objects cannot be deleted (force_destroy off): the `up` would fail halfway.
+RENAMES_BUCKET = ("gcp:project", "clusterName")
+BUCKET_URN = (
+    '"urn:pulumi:$(pulumi stack --show-name)::nemo-rl-gke::"\'nemo-rl-gke:infra:ExportBucket$gcp:storage/bucket:Bucket'
+    "::model-export'"
 )
+_LOCKS = {
+    "protectData": "it replaces Lustre, which the last deployment protected (protectData: Pulumi's protect and the "
+    "provider's deletion_policy PREVENT are in the state)",
+    "protectCompute": "it replaces, delete-first, a network or subnet under the cluster and the GPU pool, which the "
+    "engine then deletes first as dependents, and the last deployment protected them (protectCompute: the engine "
+    "checks the flag in the state, not this run's)",
+}
+
+
+def created_bucket_name(record: Mapping[str, Any]) -> str:
+    """The name a recorded `exportBucket: create` gave its bucket (infra.settings.InfraSettings.export_bucket_name)."""
+    return f"{record.get('gcp:project')}-{record.get('clusterName')}-models"
 
 
 def compute_locks(protect_compute: bool, allowed: Collection[str]) -> tuple[bool, bool]:
@@ -410,7 +460,7 @@ def compute_locks(protect_compute: bool, allowed: Collection[str]) -> tuple[bool
 
 # Keys whose value the program derives from another key unless the user sets them: when both change, the derived
 # one is reported as a consequence of the key the user changed (allowing that key allows both).
-DERIVED_FROM = {"rayAutoscaling": "gpuProvisioning", "rayVersion": "nemoRlImage"}
+DERIVED_FROM = {"rayAutoscaling": "gpuProvisioning", "rayVersion": "nemoRlImage", "rayWorkerReplicas": "gpuNodes"}
 # In the record: which of DERIVED_FROM's keys this deployment derived (the user left them unset).
 DERIVED_KEYS = "derivedKeys"
 # What a key is recorded as when it is not set: undone with `pulumi config rm`.
@@ -423,11 +473,11 @@ _PROTECTED_BUCKET = KeyEffect(
     "engine would stop this and every later `pulumi up` and `preview` there; to let it go: keep exportBucket "
     "create, pulumi config set protectData false, pulumi up (that lifts the protection of Lustre too), then change "
     "exportBucket (the bucket is deleted only when empty); to keep the bucket out of the stack instead: "
-    "pulumi state delete on its URN (pulumi stack --show-urns), then change exportBucket",
+    f"pulumi state delete --force --target-dependents {BUCKET_URN}, then set exportBucket to the bucket's name",
     "engine step.go DeleteStep refuses a resource protected in the state; storage bucket force_destroy off",
 )
 # What allowReplace may name.
-REPLACEABLE_KEYS = tuple(effect.key for effect in EFFECTS if effect.effect in (REPLACES, ROLLS_NODES))
+REPLACEABLE_KEYS = tuple(effect.key for effect in EFFECTS if effect.effect in _NEEDS_ALLOWANCE)
 
 
 def deployed_settings(settings: InfraSettings, ray_pod_template: str, has_wandb_key: bool) -> dict[str, Any]:
@@ -491,10 +541,10 @@ def deployed_settings(settings: InfraSettings, ray_pod_template: str, has_wandb_
 
 _CHANGE_COLUMN = {
     "superset": "in place when the new range contains the old; else replaces",
-    "increase": "in place when larger; smaller: refused",
+    "increase": "in place when larger; smaller: {effect}",
 }
 _GATE_COLUMN = {REFUSED: "refused, even when listed", IN_PLACE: "passes"}
-_GROWS = {"superset": "the new range contains the old: the subnet grows in place", "increase": "the capacity grows"}
+_GROWS = {"superset": "the new range contains the old: the subnet grows in place", "increase": "it grows in place"}
 
 
 def markdown_table() -> str:
@@ -504,7 +554,7 @@ def markdown_table() -> str:
         "|---|---|---|---|---|",
     ]
     for effect in EFFECTS:
-        change = _CHANGE_COLUMN.get(effect.in_place_if, effect.effect)
+        change = _CHANGE_COLUMN.get(effect.in_place_if, effect.effect).format(effect=effect.effect)
         gate = _GATE_COLUMN.get(effect.effect, "refused")
         lines.append(f"| `{effect.key}` | {change} | {effect.what} | {gate} | {effect.source} |")
     return "\n".join(lines) + "\n"
@@ -605,22 +655,51 @@ class Change:
 
     @property
     def needs_allowance(self) -> bool:
-        return self.effect in (REPLACES, ROLLS_NODES) or any(f.needs_allowance for f in self.follows)
+        return self.effect in _NEEDS_ALLOWANCE or any(f.needs_allowance for f in self.follows)
 
 
-def _conditional(key: str, old: Any, new: Any, previous: Mapping[str, Any]) -> KeyEffect | None:
-    """A change whose effect depends on another recorded key: refused where the engine would fail."""
-    if (
-        key == "exportBucket"
-        and old == EXPORT_BUCKET_CREATED
-        and new != EXPORT_BUCKET_CREATED
-        and _plain(previous.get("protectData")) is True
-    ):
-        return _PROTECTED_BUCKET
-    if key in REPLACES_LUSTRE and _plain(previous.get("protectData")) is True:
-        effect = EFFECTS_BY_KEY[key]
-        return KeyEffect(key, REFUSED, _PROTECTED_LUSTRE_WHAT, effect.source, effect.in_place_if, effect.ray_template)
-    return None
+def _conditional(
+    key: str, old: Any, new: Any, previous: Mapping[str, Any], current: Mapping[str, Any]
+) -> KeyEffect | None:
+    """A change whose effect depends on other recorded keys: refused where the engine would fail halfway."""
+    effect = EFFECTS_BY_KEY[key]
+    if key == "exportBucket":
+        # To the created bucket's own name: the user keeps it, once out of the state (the protected-bucket line).
+        kept = new == created_bucket_name(previous)
+        dropped = old == EXPORT_BUCKET_CREATED and new != EXPORT_BUCKET_CREATED and not kept
+        return _PROTECTED_BUCKET if dropped and _plain(previous.get("protectData")) is True else None
+    if key in ("gpuNodes", "rayWorkerReplicas") and _plain(previous.get("rayAutoscaling")) is True:
+        return KeyEffect(key, IN_PLACE, "the autoscaler's limit: KubeRay deletes only the pods it names", effect.source)
+    locks = [
+        lock
+        for lock, keys in (("protectData", REPLACES_LUSTRE), ("protectCompute", REPLACES_NETWORKS))
+        if key in keys and _plain(previous.get(lock)) is True
+    ]
+    renamed = (
+        key in RENAMES_BUCKET and previous.get("exportBucket") == current.get("exportBucket") == EXPORT_BUCKET_CREATED
+    )
+    if not locks and not renamed:
+        return None
+    reasons = [_LOCKS[lock] for lock in locks]
+    steps = []
+    if locks:
+        lifts = " && ".join(f"pulumi config set {lock} false" for lock in locks)
+        steps.append(f"{lifts} && pulumi up with the old value (that lifts the locks; nothing is replaced)")
+    if renamed:
+        name = created_bucket_name(previous)
+        reasons.append(
+            f"it renames the export bucket the stack created ({name}), which pulumi-gcp replaces delete-first, and a "
+            "bucket that holds objects cannot be deleted (force_destroy off)"
+        )
+        steps.append(
+            f"keep the bucket out of the stack: pulumi state delete --force --target-dependents {BUCKET_URN} && "
+            f"pulumi config set exportBucket {name} && pulumi up with the old value (the bucket is yours from then on)"
+        )
+    what = (
+        f"{'; '.join(reasons)}: the update would fail halfway; to go ahead: first {', then '.join(steps)}; then "
+        "this change with the key in allowReplace"
+    )
+    return KeyEffect(key, REFUSED, what, effect.source, effect.in_place_if, effect.ray_template)
 
 
 def changes(previous: Mapping[str, Any] | None, current: Mapping[str, Any], allowed: Collection[str]) -> list[Change]:
@@ -639,7 +718,7 @@ def changes(previous: Mapping[str, Any] | None, current: Mapping[str, Any], allo
         old, new = _plain(previous[key]), _plain(current[key])
         if old == new:
             continue
-        chosen = _conditional(key, old, new, previous) or effect
+        chosen = _conditional(key, old, new, previous, current) or effect
         grows = chosen.guarded and _in_place(chosen, old, new)
         what = _GROWS.get(chosen.in_place_if, chosen.what) if grows else chosen.what
         found[key] = Change(key, old, new, IN_PLACE if grows else chosen.effect, what, allowed=key in allowed)
@@ -678,7 +757,7 @@ def changes(previous: Mapping[str, Any] | None, current: Mapping[str, Any], allo
 
 
 def _what(change: Change) -> str:
-    verb = {REPLACES: "replaces ", ROLLS_NODES: "", IN_PLACE: "updates in place: "}.get(change.effect, "")
+    verb = {REPLACES: "replaces ", IN_PLACE: "updates in place: ", DELETES_WORKERS: "changes "}.get(change.effect, "")
     text = f"{verb}{change.what}"
     for consequence in change.follows:
         text += (

@@ -127,7 +127,8 @@ class InfraSettings:
     allow_replace: tuple[str, ...] = ()
     # Pulumi's protect on the cluster and the GPU pool (lifted per change by allowReplace: infra.stack).
     protect_compute: bool = True
-    # Keys of day2.DERIVED_FROM the user left unset, whose value the program derived (rayAutoscaling, rayVersion).
+    # Keys of day2.DERIVED_FROM the user left unset, whose value the program derived (rayAutoscaling, rayVersion,
+    # rayWorkerReplicas).
     derived_keys: tuple[str, ...] = ()
     # The user's own rate for one GPU node-hour (committed use, negotiated); None: the price table's.
     gpu_node_hourly_price: float | None = None
@@ -576,7 +577,12 @@ def build_settings(values: Mapping[str, Any]) -> InfraSettings:
         authorized_networks=_authorized_networks(values.get("authorizedNetworks")),
         database_encryption_key=_database_encryption_key(values.get("databaseEncryptionKey", ""), region),
         allow_replace=_allow_replace(values.get(day2.ALLOW_REPLACE_KEY)),
-        derived_keys=tuple(key for key in day2.DERIVED_FROM if values.get(key) in (None, "")),
+        derived_keys=tuple(
+            key
+            for key in day2.DERIVED_FROM
+            # rayWorkerReplicas is declared with the default 0: one worker per GPU node.
+            if str(values.get(key, "")) in ("", "0" if key == "rayWorkerReplicas" else "")
+        ),
         gpu_node_hourly_price=_gpu_node_hourly_price(values.get("gpuNodeHourlyPrice", "")),
         tensorboard=_as_bool("tensorboard", values.get("tensorboard", True)),
         image_cache_disk=image_cache_disk,

@@ -4,7 +4,7 @@ Usage::
 
     python jobs/ray_submit.py --address http://HOST:8265 --submission-id ID \\
         [--connect-timeout SECONDS] [--runtime-env-json JSON] [--max-retries N] [--max-resubmits N] \\
-        [--record FILE [--lock-ttl SECONDS]] \\
+        [--record FILE [--extendable KEY]] [--place-of RUN] \\
         [--k8s-job NAME --k8s-run-marker NAME --k8s-namespace NS [--k8s-api URL]] -- ENTRYPOINT...
 
 The submitter is meant to run as the only container of a Kubernetes Job whose pod may be deleted or restarted at
@@ -43,7 +43,7 @@ Each concern lives in its own module of the ``submitter`` package beside this fi
 * retries (``--max-retries``) and the run of one submission id: submitter/attempts.py
 * a Ray head restart told from a deleted job record (``--max-resubmits``): submitter/head_restart.py
 * step outcome records and the attempt ledger (``--record``): submitter/records.py
-* one submitter per run (``--record``, ``--lock-ttl``): submitter/run_lock.py
+* no attempt before the run holds its place on the GPU nodes (``--place-of``): submitter/admission.py
 * extending a finished or stopped run by a larger value of one key (``--extendable``): submitter/extension.py
 * following the job's log: submitter/log_follower.py
 * stopping the Ray job when the run is deleted (``--k8s-*``, stopOnDelete): submitter/stop_on_delete.py

@@ -18,29 +18,29 @@ token) ends the wait at once with exit code 2 and a message that says which, nev
 change the answer.
 
 With --request-address (the GPU group scales from zero under KubeRay's autoscaler), waiting alone would wait
-forever: nothing asks for the nodes. So when fewer than N workers are up, it first asks the autoscaler for N
-bundles of G GPUs (`ray.autoscaler.sdk.request_resources`, through Ray Client), then waits as above. The request
-is withdrawn when the wait ends, ready or not: a standing request would keep the GPUs from ever scaling back to
-zero. The run's own placement groups keep the workers busy from then on; a retried pod asks again. SIGTERM (the
-pipeline's shell passes it on when the pod is deleted or evicted) withdraws the request too, then exits 143. Each
-request and withdrawal runs Ray Client in a child process of its own, so an interrupted one cannot block the next.
+forever: nothing asks for the nodes. So when fewer than N workers are up, it first asks for this run's N nodes as a
+placement group of N bundles of G GPUs (one a node), held by a child process through Ray Client: the autoscaler
+scales up for a pending placement group as for any demand, and adds up the runs' groups by itself, so no run's ask
+replaces another's. The group is removed when the wait ends, ready or not (the run's own placement groups keep the
+workers busy from then on; a retried pod asks again), and on SIGTERM (the pipeline's shell passes it on when the pod
+is deleted or evicted), then it exits 143. Should the child be killed, Ray Client drops its group with its driver.
+With --with-admitted-runs it waits for the GPU nodes of every admitted run (their places RUNNING in Ray's job
+table, submitter/admission.py), since the workers other runs hold are not this run's.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from submitter.admission import Admission
 
 EXIT_READY = 0
 EXIT_USAGE = 2
@@ -109,66 +109,92 @@ def alive_nodes(address: str) -> list[dict[str, object]]:
     return [{"state": node.state, "resources_total": dict(node.resources_total or {})} for node in nodes]
 
 
-Bundles = list[dict[str, int]]  # request_resources wants int values
+Bundles = list[dict[str, int]]  # placement group bundles: int values
 
-
-def _set_request_on_cluster(bundles: Bundles) -> None:
-    from ray.autoscaler.sdk import request_resources
-
-    request_resources(bundles=bundles)
-
-
-SET_REQUEST_FLAG = "--set-request-only"  # the child mode below; not for people
+HOLD_GROUP_FLAG = "--hold-placement-group"  # the child mode below; not for people
 REQUEST_TIMEOUT_S = 180.0
-CHILD_FAILED = "set-request failed: "
+RELEASE_TIMEOUT_S = 60.0
+CHILD_FAILED = "request failed: "
+CHILD_HELD = "placement group requested"
 
 
 class RequestFailedError(Exception):
-    """The child that sets the autoscaler request did not; the message is the reason the child gave."""
+    """The child that asks for the workers did not; the message is the reason the child gave."""
 
 
-def set_request_through_client(address: str, bundles: Bundles) -> None:
-    """Set the autoscaler's standing resource request on the cluster at `address` (ray://...), through Ray Client.
-
-    The SDK call needs the cluster's GCS client, which a Ray Client driver does not have, so it runs as a
-    zero-CPU task on the cluster (on the head, since the GPU workers may not exist yet)."""
+def hold_placement_group(address: str, bundles: Bundles) -> None:
+    """The child's work: through Ray Client, a placement group of this run's workers (one bundle of G GPUs a
+    node), which the Ray autoscaler scales up for like any pending demand, held until the parent closes our stdin
+    (or sends SIGTERM), then removed. Each run asks only for its own nodes: Ray's autoscaler adds up the runs."""
     import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
 
     with ray.init(address=address, logging_level="WARNING"):
-        task = ray.remote(num_cpus=0)(_set_request_on_cluster)
-        ray.get(task.remote(bundles), timeout=120)
+        group = placement_group(bundles, strategy="STRICT_SPREAD")
+        print(CHILD_HELD, flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: sys.stdin.close())
+        try:
+            sys.stdin.read()
+        except (OSError, ValueError):
+            pass
+        finally:
+            remove_placement_group(group)
 
 
 def ray_client_request(address: str, timeout_s: float = REQUEST_TIMEOUT_S) -> Callable[[Bundles], None]:
-    """A function that sets the standing request on the cluster at `address`, each time from a short-lived child
-    process (this script in its set-request mode). A SIGTERM that interrupts a Ray Client connection mid-way
-    (connecting, or disconnecting) leaves that process's client state half torn down, and the withdrawal that
-    must follow could not connect again; here the interrupted child is killed, and the withdrawal gets a fresh one."""
+    """A function that asks for `bundles` (a child process holding a placement group on the cluster at `address`,
+    ray://...) or, given [], withdraws the ask (the child removes its group and exits). A child of its own: a SIGTERM
+    that interrupts a Ray Client connection mid-way leaves that process's client state half torn down."""
+    holding: list[subprocess.Popen[str]] = []
+
+    def release() -> None:
+        for child in holding:
+            if child.stdin is not None:
+                child.stdin.close()
+            try:
+                child.wait(RELEASE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                child.kill()  # Ray Client drops its driver's group when the connection goes
+                child.wait()
+        holding.clear()
 
     def request(bundles: Bundles) -> None:
-        child = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), SET_REQUEST_FLAG, address, json.dumps(bundles)],
-            capture_output=True,
+        release()
+        if not bundles:
+            return
+        child = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), HOLD_GROUP_FLAG, address, json.dumps(bundles)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout_s,
-            check=False,
         )
-        if child.returncode != 0:
-            # Ray's own threads may still log after the child's reason: pick the reason by its prefix.
-            lines = [line for line in child.stderr.splitlines() if line.strip()]
-            reasons = [line.removeprefix(CHILD_FAILED) for line in lines if line.startswith(CHILD_FAILED)]
-            raise RequestFailedError(reasons[-1] if reasons else (lines or [f"exit code {child.returncode}"])[-1])
+        holding.append(child)
+        assert child.stdout is not None
+        answer: list[str] = []
+        reader = threading.Thread(target=lambda: answer.append(child.stdout.readline() if child.stdout else ""))
+        reader.start()
+        reader.join(timeout_s)
+        if answer and answer[0].strip() == CHILD_HELD:
+            return
+        release()
+        child.kill()
+        _, errors = child.communicate()
+        # Ray's own threads may still log after the child's reason: pick the reason by its prefix.
+        lines = [line for line in (errors or "").splitlines() if line.strip()]
+        reasons = [line.removeprefix(CHILD_FAILED) for line in lines if line.startswith(CHILD_FAILED)]
+        raise RequestFailedError(reasons[-1] if reasons else (lines or [f"no answer within {timeout_s:g} s"])[-1])
 
     return request
 
 
-def set_request_main(argv: list[str]) -> int:
-    """The child mode: `wait_for_workers.py --set-request-only ray://HOST:10001 '[{"GPU": 8}]'`. Exit 0 once the
-    request is set; otherwise the error's type and message on stderr after CHILD_FAILED, exit 1."""
+def hold_placement_group_main(argv: list[str]) -> int:
+    """The child mode: `wait_for_workers.py --hold-placement-group ray://HOST:10001 '[{"GPU": 8}]'`. Prints
+    CHILD_HELD once the group is asked for; otherwise the error's type and message on stderr after CHILD_FAILED,
+    exit 1."""
     try:
         address, bundles_json = argv
-        bundles = json.loads(bundles_json)
-        set_request_through_client(address, bundles)
+        hold_placement_group(address, json.loads(bundles_json))
     except Exception as exc:
         reason = f"{type(exc).__name__}: {str(exc)[:300]}".replace("\n", " ")
         print(f"{CHILD_FAILED}{reason}", file=sys.stderr, flush=True)
@@ -220,7 +246,7 @@ def wait(
                 # reached the cluster, and the `finally` below must withdraw it then too.
                 requested = True
                 try:
-                    request([{"GPU": gpus_per_node}] * wanted)
+                    request([{"GPU": gpus_per_node}] * nodes)
                 except Exception as exc:  # Ray Client not reachable yet: try again at the next look
                     requested = False
                     problem = f"could not ask the autoscaler yet ({type(exc).__name__}: {str(exc)[:200]})"
@@ -228,7 +254,7 @@ def wait(
                         say(problem)
                     last_problem = problem
                 else:
-                    say(f"asked the Ray autoscaler for {wanted} workers of {gpus_per_node} GPUs")
+                    say(f"asked the Ray autoscaler for {nodes} workers of {gpus_per_node} GPUs (a placement group)")
             if clock() >= deadline:
                 return False
             sleep(min(poll_s, max(0.0, deadline - clock())))
@@ -252,7 +278,7 @@ def withdraw(request: Callable[[Bundles], None], say: Callable[[str], None]) -> 
                 f"({type(exc).__name__}: {str(exc)[:200]})"
             )
         else:
-            say("withdrew this run's autoscaler request (idle workers may scale down unless another run asks for them)")
+            say("withdrew this run's autoscaler request (its placement group; idle workers may scale down)")
             return
 
 
@@ -268,27 +294,6 @@ def leave_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, leave)
 
 
-def admitted_run(directory: str, run: str, address: str) -> Admission:
-    from submitter.admission import Admission
-    from submitter.output import Output
-
-    return Admission(directory, run, Output(prefix="wait_for_workers:"), address.rstrip("/"))
-
-
-def summed_request(
-    admission: Admission, request: Callable[[Bundles], None], gpus_per_node: int, say: Callable[[str], None]
-) -> Callable[[Bundles], None]:
-    """The autoscaler request as the sum of the admitted runs' GPU nodes: asking marks this run's wait as wanting
-    it, withdrawing unmarks it; the request stands while any admitted run waits (see submitter/admission.py)."""
-
-    def summed(bundles: Bundles) -> None:
-        total, standing = admission.set_waiting(bool(bundles), request, gpus_per_node)
-        if not bundles and standing:
-            say(f"the autoscaler request stays at {total} workers: another admitted run still waits for its nodes")
-
-    return summed
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--address", required=True, help="the Ray dashboard/Jobs API, http://HOST:8265")
@@ -300,20 +305,16 @@ def main(argv: list[str] | None = None) -> int:
         "--request-address", help="Ray Client address (ray://HOST:10001): ask the autoscaler for the workers first"
     )
     parser.add_argument(
-        "--admission-dir",
-        help="the cluster's run admission folder: wait for the GPU nodes of every admitted run, and set the "
-        "autoscaler request to their sum (needs --run)",
+        "--with-admitted-runs",
+        action="store_true",
+        help="wait for the GPU nodes of every admitted run (their places RUNNING in Ray's job table), this one's too",
     )
-    parser.add_argument("--run", help="this run's name in the admission folder")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else EXIT_READY
     if args.nodes < 1 or args.gpus_per_node < 1 or args.timeout_s < 0 or args.poll_s <= 0:
         print("wait_for_workers: --nodes and --gpus-per-node must be 1 or more, the times positive", file=sys.stderr)
-        return EXIT_USAGE
-    if bool(args.admission_dir) != bool(args.run):
-        print("wait_for_workers: --admission-dir and --run go together", file=sys.stderr)
         return EXIT_USAGE
 
     def say(message: str) -> None:
@@ -322,12 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     leave_on_sigterm()
     say(f"waiting up to {args.timeout_s:g} s for {args.nodes} GPU workers at {args.address}")
     request = ray_client_request(args.request_address) if args.request_address else None
-    needed = None
-    if args.admission_dir:
-        admission = admitted_run(args.admission_dir, args.run, args.address)
-        needed = admission.needed_nodes
-        if request is not None:
-            request = summed_request(admission, request, args.gpus_per_node, say)
+    needed: Callable[[], int] | None = None
+    if args.with_admitted_runs:
+        from submitter.admission import admitted_nodes_at
+
+        needed = functools.partial(admitted_nodes_at, args.address.rstrip("/"))
     try:
         ready = wait(
             lambda: alive_nodes(args.address),
@@ -353,6 +353,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == [SET_REQUEST_FLAG]:
-        sys.exit(set_request_main(sys.argv[2:]))
+    if sys.argv[1:2] == [HOLD_GROUP_FLAG]:
+        sys.exit(hold_placement_group_main(sys.argv[2:]))
     sys.exit(main())

@@ -42,11 +42,6 @@ SPREAD_MODULES = (
 # or so that they never run at once.
 RUN_WITH = {
     "tests/jobs/test_ray_token_auth.py": "tests/jobs/test_ray_2_55_1.py",
-    # Both set the autoscaler's request through Ray Client, on two heads. Ray Client's per-connection servers take
-    # ports from one fixed range (23000-24000, ray/util/client/server/proxier.py) that two heads' proxiers choose
-    # from without coordination: run at once, the admission test's request (3 bundles) once landed on the shared
-    # head and failed the wait test. One after the other, they never share that range.
-    "tests/jobs/test_admission.py": "tests/jobs/test_wait_for_workers.py",
 }
 # The modules that take longest (mostly waiting on real Ray heads; pytest --durations), longest first, handed out
 # before the rest so that no worker starts one of them near the end; every other module keeps its collection order

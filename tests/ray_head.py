@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from workloads.ray_values import JOB_START_TIMEOUT_ENV, JOB_START_TIMEOUT_S, NODE_RESOURCES_ENV, PLACE_RESOURCE
+
 RAY_BIN = Path(sys.executable).parent / "ray"
 HEAD_GPUS = 2
 # Ray's workers and drivers bind ports from 10002-19999 unless told otherwise; `make unit` runs several pytest
@@ -307,6 +309,36 @@ SHARED_HEAD_ENV = "NEMORL_TESTS_SHARED_RAY_HEAD"
 SHARED_HEAD_START_S = 300
 
 
+@contextlib.contextmanager
+def place_held(address: str, run: str, credentials: dict[str, str] | None = None) -> Iterator[str]:
+    """The run's place in Ray's queue, held as the launcher's pipeline holds it (jobs/admission.py hold, one GPU node),
+    for tests that submit a step's command by itself: its --place-of waits for this. Released at the end as the
+    pipeline releases it when it ends (SIGUSR1)."""
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(credentials or {}, PYTHONUNBUFFERED="1")
+    with tempfile.TemporaryDirectory() as folder:
+        ready = Path(folder) / "admitted"
+        log = Path(folder) / "admission.log"
+        with log.open("w") as out:
+            holder = subprocess.Popen(
+                [sys.executable, str(root / "jobs" / "admission.py"), "hold", f"--address={address}", f"--run={run}",
+                 "--nodes=1", f"--capacity={HEAD_GPUS}", f"--ready-file={ready}", "--poll-s=0.5"],
+                stdout=out, stderr=subprocess.STDOUT, env=env,
+            )  # fmt: skip
+        try:
+            wait_for(lambda: ready.exists() or holder.poll() is not None, 180, f"the place of {run}")
+            assert ready.exists(), log.read_text()
+            yield run
+        finally:
+            holder.send_signal(signal.SIGUSR1)
+            try:
+                holder.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                holder.kill()
+                holder.wait()
+
+
 @pytest.fixture(scope="session")
 def ray_client_address(ray_address: str) -> str:
     """Ray Client address (ray://127.0.0.1:PORT) of the same head."""
@@ -490,6 +522,10 @@ class RayHead:
             env.pop(name, None)
         if self.auth_token:
             env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.auth_token)
+        # As the infra stack's head: the places of run admission (jobs/submitter/admission.py), one per GPU worker
+        # the cluster may have (HEAD_GPUS here), and Ray's job start timeout for the queued ones.
+        env[NODE_RESOURCES_ENV] = json.dumps({PLACE_RESOURCE: HEAD_GPUS})
+        env[JOB_START_TIMEOUT_ENV] = str(JOB_START_TIMEOUT_S)
         return env
 
     def _say(self, message: str) -> None:

@@ -116,13 +116,18 @@ REPLACING_CHANGES: dict[str, tuple[dict[str, Any], list[str]]] = {
 
 def test_every_replacing_key_of_the_table_is_exercised():
     exercised = {key for _, keys in REPLACING_CHANGES.values() for key in keys} | {"wandbApiKey", day2.RAY_CLUSTER}
+    exercised |= {"gpuNodes", "rayWorkerReplicas"}  # tests/test_day2_changes.py: a decrease
     assert set(day2.REPLACEABLE_KEYS) == exercised
+
+
+UNLOCKED = {"protectData": False, "protectCompute": False}
 
 
 @pytest.fixture(scope="module")
 def deployed_unprotected() -> dict[str, Any]:
-    """The outputs of an `up` with protectData off: Lustre can be replaced from there (tests/test_day2_changes.py)."""
-    return run_dev({"protectData": False}).outputs
+    """The outputs of an `up` with protectData and protectCompute off: Lustre, and the networks under the cluster and
+    the GPU pool, can be replaced from there (tests/test_day2_changes.py)."""
+    return run_dev(UNLOCKED).outputs
 
 
 @pytest.mark.parametrize("key", sorted(REPLACING_CHANGES))
@@ -130,8 +135,9 @@ def test_a_replacing_change_is_refused_before_anything_then_allowed_once_listed(
     deployed, deployed_unprotected, key, monkeypatch, tmp_path
 ):
     overrides, changed = REPLACING_CHANGES[key]
-    if set(changed) & set(day2.REPLACES_LUSTRE):  # Lustre is replaced only once its protection was lifted
-        deployed, overrides = deployed_unprotected, {**overrides, "protectData": False}
+    # Lustre and the networks under the cluster are replaced only once their protection was lifted.
+    if set(changed) & {*day2.REPLACES_LUSTRE, *day2.REPLACES_NETWORKS}:
+        deployed, overrides = deployed_unprotected, {**overrides, **UNLOCKED}
     if key == "zone":  # europe-west1-b is A3 Ultra's only zone there in the shipped table: a refreshed one adds -c
         table = json.loads(zones.TABLE_FILE.read_text())
         table["gpu_machine_zones"]["zones"]["a3-ultragpu-8g"].append("europe-west1-c")
@@ -171,6 +177,7 @@ IN_PLACE_CHANGES: dict[str, dict[str, Any]] = {
     "unchanged": {},
     "gpuNodes": {"gpuNodes": 3},
     "rayWorkerReplicas": {"gpuNodes": 3, "rayWorkerReplicas": 2},
+    "rayWorkerReplicas set to what it was": {"rayWorkerReplicas": 1},
     "rayIdleTimeoutSeconds": {"rayIdleTimeoutSeconds": 900},
     "cpuPoolNodes": {"cpuPoolMinNodes": 2, "cpuPoolMaxNodes": 4},
     "gkeVersion": {"gkeVersion": "1.35.8-gke.1036000"},
@@ -243,8 +250,8 @@ def test_allow_replace_names_only_replacing_keys():
         run_dev({"allowReplace": ["zone", "zoen"]})
     with pytest.raises(ConfigError, match=r"allowReplace.*a list of key names"):
         run_dev({"allowReplace": "zone"})
-    with pytest.raises(ConfigError, match=r"gpuNodes"):
-        run_dev({"allowReplace": ["gpuNodes"]})  # in place: nothing to allow
+    with pytest.raises(ConfigError, match=r"gkeVersion"):
+        run_dev({"allowReplace": ["gkeVersion"]})  # in place: nothing to allow
 
 
 def test_first_deployment_and_older_records_compare_nothing():
@@ -275,7 +282,13 @@ def test_allow_replace_entries_that_change_nothing_are_reported():
 
 def test_the_guard_table_is_pure_data():
     for effect in day2.EFFECTS:
-        assert effect.effect in (day2.IN_PLACE, day2.ROLLS_NODES, day2.REPLACES, day2.REFUSED), effect.key
+        assert effect.effect in (
+            day2.IN_PLACE,
+            day2.ROLLS_NODES,
+            day2.REPLACES,
+            day2.REFUSED,
+            day2.DELETES_WORKERS,
+        ), effect.key
         assert effect.what and effect.source, effect.key
     # Every guarded key is recorded, so the next `pulumi up` can compare it.
     recorded = set(run_dev().outputs[day2.DEPLOYED_SETTINGS_OUTPUT])

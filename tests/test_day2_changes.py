@@ -5,6 +5,7 @@ derived key, the commands the guard suggests, the release switch the docs descri
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from typing import Any
@@ -16,7 +17,7 @@ from conftest import HF_TOKEN, ROOT, WANDB_KEY
 from launcher.settings import build_infra_outputs
 from pulumi.runtime import settings as runtime_settings
 from pulumi.runtime.settings import _get_rpc_manager
-from test_day2 import DEV_LUSTRE, LUSTRE, RELEASE, registered_types, run_dev
+from test_day2 import DEV_LUSTRE, LUSTRE, RELEASE, UNLOCKED, registered_types, run_dev
 
 from infra import day2
 from infra.day2 import ReplacementRefused
@@ -72,7 +73,7 @@ def test_a_protected_lustre_is_not_replaced_even_when_listed(deployed):
     for allowed in ([], ["lustre.filesystem"]):
         (line,) = refused_lines({**change, "allowReplace": allowed}, deployed)
         assert line.startswith("lustre.filesystem: 'lustrefs' -> 'scratch' is refused: it replaces Lustre, which the")
-        assert "first pulumi config set protectData false and pulumi up with the old value" in line
+        assert "first pulumi config set protectData false && pulumi up with the old value" in line
         assert line.endswith("put the old value back: pulumi config set --path 'lustre.filesystem' lustrefs")
 
 
@@ -311,7 +312,8 @@ def test_the_cluster_and_gpu_pool_are_protected_unless_their_replacement_is_allo
     # Allowing a change that replaces the GPU pool lifts its lock (in the same `up`), not the cluster's.
     allowed = run_dev({"gpuType": "nvidia-b200", "allowReplace": ["gpuType"]}, previous=deployed)
     assert allowed.one(cluster).protect and not allowed.one(pool, "gpu").protect
-    unprotected = run_dev({"protectData": False}).outputs  # a new name replaces Lustre too: lifted first
+    # A new name replaces Lustre and the networks too: both locks lifted by an `up` first.
+    unprotected = run_dev(UNLOCKED).outputs
     renamed = run_dev(
         {"clusterName": "nemo-rl-other", "allowReplace": ["clusterName"], "protectData": False}, previous=unprotected
     )
@@ -320,3 +322,103 @@ def test_the_cluster_and_gpu_pool_are_protected_unless_their_replacement_is_allo
     assert not off.one(cluster).protect and not off.one(pool, "gpu").protect
     for key in day2.REPLACES_GPU_POOL:
         assert day2.EFFECTS_BY_KEY[key].effect == day2.REPLACES, key
+
+
+GVNIC_MOVED = {"networkRanges": {"gvnicSubnet": "192.168.9.0/24"}}
+
+
+def test_a_network_change_under_protected_compute_is_refused_until_an_up_lifts_the_lock(deployed):
+    """The subnet is replaced delete-first and the GPU pool with it as a dependent; the engine checks the protect
+    flag the state holds for that dependent (pulumi v3.259 step_generator.go, generateStepsFromDiff), so listing
+    the key alone would fail halfway. The two steps the line names pass."""
+    for allowed in ([], ["networkRanges.gvnicSubnet"]):
+        (line,) = refused_lines({**GVNIC_MOVED, "allowReplace": allowed}, deployed)
+        assert line.startswith("networkRanges.gvnicSubnet: '192.168.0.0/24' -> '192.168.9.0/24' is refused: it")
+        assert "protectCompute" in line and "checks the flag in the state" in line
+        assert "first pulumi config set protectCompute false && pulumi up with the old value" in line
+    # Step one: lift the lock with the old value (nothing is replaced); step two: the change, listed.
+    lifted = run_dev({"protectCompute": False}, previous=deployed)
+    assert not lifted.one("gcp:container/nodePool:NodePool", "gpu").protect
+    run_dev(
+        {**GVNIC_MOVED, "protectCompute": False, "allowReplace": ["networkRanges.gvnicSubnet"]}, previous=lifted.outputs
+    )
+    # A range that grows is updated in place: nothing to lift.
+    run_dev({"networkRanges": {"clusterSubnet": "10.0.0.0/19"}}, previous=deployed)
+    # A change that replaces the pool by its own diff is lifted in the same `up` (protect in state and program).
+    run_dev({"maxRunHours": 48, "allowReplace": ["maxRunHours"]}, previous=deployed)
+
+
+def test_fewer_gpu_workers_without_the_autoscaler_is_asked_about():
+    """KubeRay 1.5.1 (reconcilePods) deletes running workers at random down to the new count when the in-tree
+    autoscaler is off; with it on, only the ones the autoscaler names."""
+    three = run_dev({"gpuNodes": 3, "rayAutoscaling": "false"}).outputs
+    # rayWorkerReplicas unset follows gpuNodes: one line, under gpuNodes.
+    (line,) = refused_lines({"gpuNodes": 2, "rayAutoscaling": "false"}, three)
+    assert line.startswith("gpuNodes: 3 -> 2 changes the GPU pool's autoscaling limit")
+    assert "as rayWorkerReplicas is not set, it follows gpuNodes (3 -> 2)" in line
+    assert "pulumi config set --path 'allowReplace[0]' gpuNodes" in line
+    run_dev({"gpuNodes": 2, "rayAutoscaling": "false", "allowReplace": ["gpuNodes"]}, previous=three)
+    (line,) = refused_lines({"gpuNodes": 3, "rayWorkerReplicas": 2, "rayAutoscaling": "false"}, three)
+    assert line.startswith("rayWorkerReplicas: 3 -> 2 changes with rayAutoscaling off, KubeRay deletes running")
+    # More is in place; so is fewer with the autoscaler on (the dev stack's flex-start default).
+    run_dev({"gpuNodes": 4, "rayAutoscaling": "false"}, previous=three)
+    autoscaled = run_dev({"gpuNodes": 3}).outputs
+    run_dev({"gpuNodes": 2}, previous=autoscaled)
+
+
+def test_a_new_name_for_a_created_bucket_is_refused_and_the_way_round_it_passes():
+    """clusterName and gcp:project name a created bucket; pulumi-gcp replaces it delete-first and a bucket holding
+    objects cannot be deleted. The line's first step (the bucket kept under its own name) passes the guard."""
+    created = run_dev({"exportBucket": "create", **UNLOCKED}).outputs
+    rename = {"exportBucket": "create", "clusterName": "nemo-rl-other", **UNLOCKED}
+    for allowed in ([], ["clusterName"]):
+        (line,) = refused_lines({**rename, "allowReplace": allowed}, created)
+        assert "renames the export bucket the stack created (my-gcp-project-nemo-rl-dev-models)" in line
+        assert "pulumi state delete --force --target-dependents" in line
+        assert "pulumi config set exportBucket my-gcp-project-nemo-rl-dev-models" in line
+        assert "protectCompute" not in line and "protectData:" not in line  # those locks were lifted
+    kept = run_dev({"exportBucket": "my-gcp-project-nemo-rl-dev-models", **UNLOCKED}, previous=created)
+    assert not kept.of_type("gcp:storage/bucket:Bucket")
+    run_dev(
+        {"exportBucket": "my-gcp-project-nemo-rl-dev-models", "clusterName": "nemo-rl-other", **UNLOCKED,
+         "allowReplace": ["clusterName"]},
+        previous=kept.outputs,
+    )  # fmt: skip
+    # Kept while protectData was on: still the bucket's own name, so the guard lets it through.
+    protected = run_dev({"exportBucket": "create"}).outputs
+    run_dev({"exportBucket": "my-gcp-project-nemo-rl-dev-models"}, previous=protected)
+
+
+def delete_first_chain(run: offline.ProgramRun, root: offline.Registered) -> list[str]:
+    """What the engine deletes, in order, when `root` is replaced delete-first, read from the registered graph as
+    pulumi v3.259 step_generator.go does: calculateDependentReplacements walks the dependents through property
+    dependencies (a depends_on edge alone changes no input, so it never drags a resource in; here every such
+    dependent is taken as replaced, which is what a ForceNew input does), findResourcesReplacedWith adds those whose
+    replace_with names the root, and the deletes run in reverse: the last found goes first, the root last."""
+    found: list[str] = []
+    replaced = {root.urn}
+    for resource in run.resources:  # registration order is dependency order
+        if resource.custom and any(set(urns) & replaced for urns in resource.property_dependencies.values()):
+            found.append(resource.urn)
+            replaced.add(resource.urn)
+    found += [r.urn for r in run.resources if root.urn in (r.replace_with or [])]
+    return [*reversed(found), root.urn]
+
+
+def test_a_lustre_replacement_deletes_the_ray_release_before_the_claim_it_mounts():
+    """The claim's deletion waits (pvc-protection) for every pod that mounts it: in the delete-first chain of the
+    instance, the release (and with it the Ray pods) must come before the claim, the claim before the volume."""
+    run = run_dev({"protectData": False})
+    instance, release = run.one(LUSTRE), run.one(RELEASE)
+    pv, pvc = run.one("kubernetes:core/v1:PersistentVolume"), run.one("kubernetes:core/v1:PersistentVolumeClaim")
+    assert instance.delete_before_replace
+    order = delete_first_chain(run, instance)
+    assert order.index(release.urn) < order.index(pvc.urn) < order.index(pv.urn) < order.index(instance.urn)
+    # The release reaches the claim through depends_on alone: without replace_with it would not be in the chain.
+    assert not any(pvc.urn in urns for urns in release.property_dependencies.values())
+    assert pvc.urn in release.dependencies
+    assert set(release.replace_with or []) == {instance.urn, pv.urn, pvc.urn}
+    without = offline.ProgramRun(
+        [dataclasses.replace(r, replace_with=None) for r in run.resources], run.outputs, run.secret_outputs
+    )
+    assert release.urn not in delete_first_chain(without, instance)

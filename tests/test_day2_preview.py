@@ -41,7 +41,7 @@ def test_the_report_says_what_each_change_does():
     text = day2_preview.report(previous, current, (), "prev.json")
     lines = text.splitlines()
     assert lines[0] == "day 2, against the last deployment's record in prev.json:"
-    assert "  updates in place  lustre.capacityGib: 9000 -> 18000: the capacity grows" in lines
+    assert "  updates in place  lustre.capacityGib: 9000 -> 18000: it grows in place" in lines
     assert any(line.startswith("  replaces          shmSize: '240Gi' -> '200Gi'") for line in lines)
     assert any(line.startswith("  refuses           privateNodes: True -> False") for line in lines)
     assert "pulumi up would stop before changing anything:" in lines
@@ -77,7 +77,7 @@ def test_make_plan_with_previous_prints_the_change_list(tmp_path: Path, capsys):
     out = capsys.readouterr().out
     assert "replaces          nemoRlImage: 'nvcr.io/nvidia/nemo-rl:v0.5.0' -> 'nvcr.io/nvidia/nemo-rl:v0.7.0'" in out
     assert "+ follows: replaces          rayVersion: '2.49.2' -> '2.55.1'" in out
-    assert "  updates in place  gpuNodes: 1 -> 3: the GPU pool's autoscaling limit" in out
+    assert "  updates in place  gpuNodes: 1 -> 3: the autoscaler's limit: KubeRay deletes only the pods it names" in out
     assert out.rstrip().endswith("pulumi up: the guard lets this through")
     missing = tmp_path / "none.json"
     assert plan.main(["--stack", "dev", "--out", str(tmp_path), "--quiet", "--previous", str(missing)]) == 2

@@ -53,6 +53,7 @@ class Registered:
     delete_before_replace: bool = False
     replace_on_changes: list[str] | None = None
     replacement_trigger: Any = None  # as sent, secrets unwrapped
+    replace_with: list[str] | None = None
     custom_timeouts: dict[str, str] | None = None
 
 
@@ -218,6 +219,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 custom=bool(request.custom),
                 delete_before_replace=bool(request.deleteBeforeReplace),
                 replace_on_changes=list(request.replaceOnChanges),
+                replace_with=list(request.replace_with),
                 replacement_trigger=(
                     _unwrap(json_format.MessageToDict(request.replacement_trigger))
                     if request.HasField("replacement_trigger")

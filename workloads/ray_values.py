@@ -103,6 +103,17 @@ DASHBOARD_FOLLOW_SYMLINKS_ENV = "RAY_DASHBOARD_BUILD_FOLLOW_SYMLINKS"
 
 OVERWRITE_CONTAINER_CMD = "ray.io/overwrite-container-cmd"
 GENERATED_START_CMD_ENV = "KUBERAY_GEN_RAY_START_CMD"
+# Run admission by Ray's scheduler (jobs/submitter/admission.py): the head offers one unit of this custom resource per
+# GPU worker the cluster may have, and each run's place job asks for its nodes' worth. Given as `ray start` reads
+# node resources from its environment (ray._private.ray_constants.RESOURCES_ENVIRONMENT_VARIABLE, Ray 2.49.2 and
+# 2.55.1): a rayStartParams entry would reach `ray start` through KUBERAY_GEN_RAY_START_CMD, which our start script
+# expands unquoted, so the JSON's quotes would not survive.
+PLACE_RESOURCE = "gpu_node"
+NODE_RESOURCES_ENV = "RAY_OVERRIDE_RESOURCES"
+# How long Ray lets a job stay PENDING before it fails it (the dashboard's job manager; 900 s by default): a queued
+# run's place waits this long, then its holder asks again at the end of the queue (docs/operations.md).
+JOB_START_TIMEOUT_ENV = "RAY_JOB_START_TIMEOUT_SECONDS"
+JOB_START_TIMEOUT_S = 7 * 24 * 3600
 
 NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
@@ -353,7 +364,11 @@ def _head(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
         "serviceAccountName": refs.service_account,
         "podSecurityContext": POD_SECURITY_CONTEXT,
         "securityContext": RAY_CONTAINER_SECURITY_CONTEXT,
-        "containerEnv": [_env(DASHBOARD_FOLLOW_SYMLINKS_ENV, "1")],
+        "containerEnv": [
+            _env(DASHBOARD_FOLLOW_SYMLINKS_ENV, "1"),
+            _env(NODE_RESOURCES_ENV, json.dumps({PLACE_RESOURCE: settings.ray_worker_replicas})),
+            _env(JOB_START_TIMEOUT_ENV, str(JOB_START_TIMEOUT_S)),
+        ],
         "command": _bash(head_start_script()),
         "ports": [
             {"name": "gcs-server", "containerPort": GCS_PORT},
@@ -505,9 +520,13 @@ _HEAD_APPLIED = ("autoscalerOptions", "idleTimeoutSeconds")
 def pod_template_digest(values: dict[str, Any]) -> str:
     """A digest of what KubeRay creates Ray pods from: the chart values without what it applies to running pods.
     It changes exactly when running pods would differ from new ones, and then the RayCluster is replaced
-    (workloads/raycluster.py) and the day-2 guard asks first (infra/day2.py)."""
+    (workloads/raycluster.py) and the day-2 guard asks first (infra/day2.py). One exception: the head's admission
+    capacity (NODE_RESOURCES_ENV, the worker count) is left out, as replacing the cluster for it would kill the very
+    training the new count is for; a running head keeps its count until it next starts (docs/operations.md)."""
     template = copy.deepcopy(values)
-    template.get("head", {}).get(_HEAD_APPLIED[0], {}).pop(_HEAD_APPLIED[1], None)
+    head = template.get("head", {})
+    head.get(_HEAD_APPLIED[0], {}).pop(_HEAD_APPLIED[1], None)
+    head["containerEnv"] = [e for e in head.get("containerEnv", []) if e.get("name") != NODE_RESOURCES_ENV]
     for group in [template.get("worker", {}), *template.get("additionalWorkerGroups", {}).values()]:
         for (field,) in _APPLIED_TO_RUNNING_PODS:
             group.pop(field, None)

@@ -44,6 +44,9 @@ class RayClusterArgs:
     # Everything the pods need before they can start: GPU nodes, network objects, the installer, the claim,
     # the Secret and the service account. None of it flows into the chart's values, so it is ordered explicitly.
     prerequisites: list[pulumi.Resource]
+    # What the pods mount (the Lustre instance, its volume and claim): a delete-first replacement of any of them
+    # deletes the release first (replace_with), so the claim is never deleted under running pods.
+    mounts: list[pulumi.Resource]
 
 
 class RayCluster(pulumi.ComponentResource):
@@ -79,6 +82,10 @@ class RayCluster(pulumi.ComponentResource):
                 depends_on=[*args.prerequisites, self.log_config],
                 replacement_trigger=replacement_digest(self.values, args.settings),
                 delete_before_replace=True,
+                # pulumi v3.259 step_generator.go generateStepsFromDiff: a delete-before-replace deletes first the
+                # dependents calculateDependentReplacements finds (property dependencies only: depends_on is not
+                # one) and every resource findResourcesReplacedWith names, this one last in, so first out.
+                replace_with=args.mounts,
             ),
         )
         self.register_outputs({"release": self.release.name, "rayCluster": args.refs.cluster_name})

@@ -195,6 +195,7 @@ def build_workloads(settings: InfraSettings, secrets: Secrets, infra: Infra) -> 
                 identity.worker_binding,
                 *admission.bindings,
             ],
+            mounts=[lustre, volume.pv, volume.pvc],
         ),
         opts=provider,
     )

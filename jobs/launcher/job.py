@@ -159,6 +159,10 @@ class PipelineJob(pulumi.ComponentResource):
             ),
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=4,
+                # One submitter pod at a time: a replacement starts only once the old pod has ended (a pod lost with
+                # its node is failed once its node is gone), never beside it. (The API requires Failed with a
+                # podFailurePolicy anyway; spelled out because the run's one-submitter rule rests on it.)
+                pod_replacement_policy="Failed",
                 ttl_seconds_after_finished=KEEP_FINISHED_SECONDS,
                 pod_failure_policy=k8s.batch.v1.PodFailurePolicyArgs(
                     rules=[
@@ -181,7 +185,12 @@ class PipelineJob(pulumi.ComponentResource):
                     ]
                 ),
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=pod_labels),
+                    # The failure policy's exit codes in the template, which pulumi-kubernetes knows is immutable
+                    # (diff.go forceNewProperties: .spec.template): a change of them replaces the Job as any other.
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        labels=pod_labels,
+                        annotations={"nemo-rl-gke/final-exit-codes": ",".join(map(str, FINAL_EXIT_CODES))},
+                    ),
                     spec=k8s.core.v1.PodSpecArgs(
                         restart_policy="Never",
                         node_selector={"cloud.google.com/gke-nodepool": infra.cpu_node_pool},
@@ -257,13 +266,13 @@ class PipelineJob(pulumi.ComponentResource):
             # A Job's template cannot change in place: a new pipeline replaces it, and the idempotent submission
             # ids make the new pod resume where the old one stopped.
             # The roles and their bindings are deleted only after the Job (and so its pod) is gone.
-            # spec.podFailurePolicy is immutable too, but the provider does not know it: replace rather than fail
-            # an in-place patch.
+            # No delete_before_replace: pulumi-kubernetes v4.32 provider.go Diff deletes first only when the name
+            # and namespace stay. A new runName (a new name) is created first, and the engine deletes the old Job at
+            # the end of the update in reverse dependency order (step_generator.go ScheduleDeletes): its marker
+            # first, so the old submitter stops its Ray job, as on `pulumi destroy`.
             opts=pulumi.ResourceOptions(
                 parent=self,
-                delete_before_replace=True,
                 depends_on=[access.role, access.binding, access.node_reader, access.node_binding] if access else None,
-                replace_on_changes=["spec.podFailurePolicy"],
                 custom_timeouts=pulumi.CustomTimeouts(delete=DELETE_TIMEOUT),
             ),
         )

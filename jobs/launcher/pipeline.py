@@ -5,7 +5,6 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, replace
 
-from submitter.admission import ADMISSION_DIR
 from submitter.attempts import DEFAULT_MAX_RESUBMITS, attempt_id
 
 from launcher import performance
@@ -25,8 +24,8 @@ SUBMITTER = f"{SCRIPTS_MOUNT}/ray_submit.py"
 SUBMITTER_PACKAGE = "submitter"
 WAIT_FOR_WORKERS = f"{SCRIPTS_MOUNT}/wait_for_workers.py"
 ADMISSION = f"{SCRIPTS_MOUNT}/admission.py"
-# Inside the submitter pod (a shell word, expanded there): written by the admission holder once the run may use its
-# GPU nodes.
+# Inside the submitter pod (a shell word, expanded there): written by the admission holder once Ray runs the run's
+# place on the GPU nodes.
 ADMITTED_FILE = '"${TMPDIR:-/tmp}/nemo-rl-admitted"'
 BENCHMARK_SUMMARY = f"{SCRIPTS_MOUNT}/benchmark_summary.py"
 # The data NeMo RL's performance recipes train on (data.dataset_name OpenMathInstruct-2: the hub dataset's train_1M
@@ -745,25 +744,25 @@ def gpu_nodes_to_check(job: JobSettings, infra: InfraOutputs) -> int:
     return job.num_nodes
 
 
-def admission_dir(infra: InfraOutputs) -> str:
-    """The cluster's run admission folder on Lustre (submitter/admission.py), shared by every run of the cluster."""
-    return f"{infra.mount_path}/{ADMISSION_DIR}"
-
-
-def admission_command(job: JobSettings, infra: InfraOutputs, steps: list[Step]) -> list[str]:
-    """admission.py hold: queue the run for its GPU nodes and hold its place while the pipeline runs (the pipeline
-    adds --ready-file)."""
-    return [
+def admission_command(job: JobSettings, infra: InfraOutputs) -> list[str]:
+    """admission.py hold: the run's place in Ray's queue for its GPU nodes, held while the pipeline runs (the
+    pipeline adds --ready-file); with stopOnDelete it tells the run's deletion from an eviction as the steps do."""
+    command = [
         "python",
         ADMISSION,
         "hold",
-        f"--dir={admission_dir(infra)}",
+        f"--address={infra.ray_address}",
         f"--run={job.run_name}",
         f"--nodes={gpu_nodes_to_check(job, infra)}",
         f"--capacity={infra.ray_worker_replicas}",
-        f"--address={infra.ray_address}",
-        *(f"--submission-id={step.submission_id}" for step in steps),
     ]
+    if job.stop_on_delete:
+        command += [
+            f"--k8s-job={job_name(job)}",
+            f"--k8s-run-marker={run_marker_name(job)}",
+            f"--k8s-namespace={infra.namespace}",
+        ]
+    return command
 
 
 def head_exec(infra: InfraOutputs, command: list[str]) -> str:
@@ -776,11 +775,12 @@ def head_exec(infra: InfraOutputs, command: list[str]) -> str:
 
 
 def admission_status_command(job: JobSettings, infra: InfraOutputs) -> str:
-    """Which runs hold the cluster's GPU nodes and which wait, from a workstation (the copy of our scripts the
-    pipeline leaves on Lustre)."""
+    """Which runs hold the cluster's GPU nodes and which wait, from a workstation: Ray's job table, read in the head
+    (the copy of our scripts the pipeline leaves on Lustre)."""
     script = f"{scripts_dir(job, infra)}/admission.py"
+    local = f"http://127.0.0.1:{infra.ray_address.rsplit(':', 1)[-1]}"
     return head_exec(
-        infra, ["python", script, "status", f"--dir={admission_dir(infra)}", f"--capacity={infra.ray_worker_replicas}"]
+        infra, ["python", script, "status", f"--address={local}", f"--capacity={infra.ray_worker_replicas}"]
     )
 
 
@@ -798,8 +798,8 @@ def wait_for_workers(script: str, nodes: int, job: JobSettings, infra: InfraOutp
     if infra.ray_autoscaling and infra.ray_client_address:
         # The GPU group starts at zero: ask the autoscaler for the workers, then wait for them.
         wait.append(f"--request-address={infra.ray_client_address}")
-    # Other admitted runs hold workers too: wait for theirs and this run's, and ask for them all at once.
-    return [*wait, f"--admission-dir={admission_dir(infra)}", f"--run={job.run_name}"]
+    # Other admitted runs hold workers too (Ray's RUNNING places): wait until theirs and this run's are up.
+    return [*wait, "--with-admitted-runs"]
 
 
 def submit_command(step: Step, job: JobSettings, infra: InfraOutputs) -> list[str]:
@@ -812,6 +812,7 @@ def submit_command(step: Step, job: JobSettings, infra: InfraOutputs) -> list[st
     if step.max_resubmits != DEFAULT_MAX_RESUBMITS:
         command.append(f"--max-resubmits={step.max_resubmits}")
     command.append(f"--record={outcome_record(step, job, infra)}")
+    command.append(f"--place-of={job.run_name}")
     if step.extendable:
         command.append(f"--extendable={step.extendable}")
     if job.stop_on_delete:
@@ -835,19 +836,22 @@ def pipeline_script(job: JobSettings, infra: InfraOutputs, steps: list[Step]) ->
         # Kubernetes sends SIGTERM to PID 1, this shell: pass it on to the running submitter, which decides whether
         # the run is being deleted (and then stops its Ray job) before the pod goes.
         "child=",
-        'trap \'if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; wait "$child"; fi; exit 143\' TERM',
+        "terminating=",
+        'trap \'terminating=1; if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; wait "$child"; fi; exit 143\' '
+        "TERM",
         'in_background() { "$@" & child=$!; wait "$child"; }',
         f"mkdir -p {shlex.quote(scripts)}",
         f"cp -RL {SCRIPTS_MOUNT}/*.py {SCRIPTS_MOUNT}/{SUBMITTER_PACKAGE} {shlex.quote(scripts)}/",
-        # The run's place on the GPU nodes (admission.py): queued until its nodes fit beside the admitted runs',
-        # held while this pod lives and released when it ends, whatever ends it.
+        # The run's place on the GPU nodes (admission.py): a Ray job that Ray's scheduler runs once the run's nodes
+        # are free. The pipeline's end releases it (USR1); the pod's SIGTERM releases it only when the run is being
+        # deleted, and leaves it to the Job's next pod otherwise (TERM).
         "admission=",
         # (`|| true`: errexit holds in traps, and the exit status must stay the step's.)
-        'trap \'if [ -n "$admission" ]; then kill -TERM "$admission" 2>/dev/null || true; '
-        'wait "$admission" || true; fi\' EXIT',
+        'trap \'if [ -n "$admission" ]; then if [ -n "$terminating" ]; then sig=TERM; else sig=USR1; fi; '
+        'kill -"$sig" "$admission" 2>/dev/null || true; wait "$admission" || true; fi\' EXIT',
         "admit() {",
         f"  rm -f {ADMITTED_FILE}",
-        f"  {shlex.join(admission_command(job, infra, steps))} --ready-file={ADMITTED_FILE} &",
+        f"  {shlex.join(admission_command(job, infra))} --ready-file={ADMITTED_FILE} &",
         "  admission=$!",
         f"  until [ -e {ADMITTED_FILE} ]; do",
         '    if ! kill -0 "$admission" 2>/dev/null; then wait "$admission" || exit $?; exit 4; fi',

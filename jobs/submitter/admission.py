@@ -1,323 +1,255 @@
-"""Several runs on one Ray cluster: each is admitted by the GPU nodes it needs, first come first served.
+"""Several runs on one Ray cluster: Ray's own scheduler admits each run, by a place job in Ray's job table.
 
-The runs of a cluster share its Lustre file system, so their bookkeeping lives there, in one folder
-(``<mount>/.run-admission``), with the mechanism that already keeps one submitter per run (run_lock.RunLock):
+The head offers a custom resource, ``gpu_node``, one unit per GPU worker the cluster may have (the infra stack sets
+it with RAY_OVERRIDE_RESOURCES on the head container). A run's place is a Ray job that only sleeps and asks for its
+GPU nodes' worth of that resource (``entrypoint_resources``): Ray starts it once that many units are free, so
+RUNNING is admitted and PENDING is queued, decided atomically by Ray's scheduler. No lock, no file, no clock: two
+runs cannot both hold units that are not there, and a paused submitter loses nothing, because the place lives in
+Ray, not in the submitter.
 
-* ``<run>.json``, one per run: its GPU nodes, the submission ids of its steps, when it queued and, once admitted,
-  when. The pipeline's admission holder (``admission.py hold``) renews it (its modification time) while the
-  submitter pod lives, and marks it released when the pipeline ends.
-* ``admission.lock``: a RunLock held for each decision, so that two runs never decide at once on the same picture.
-
-A run counts (admitted or queued) while its holder renews its file, or, once the holder is gone (its pod deleted,
-evicted or lost with its node), while Ray still lists one of its jobs as PENDING or RUNNING: a run's place follows
-its training, not its submitter pod. Everything else is dropped at the next decision, so a deleted Job's place is
-free at once (its pod releases it on SIGTERM, after stopping its Ray job) or, for a pod lost without a word, after
-the ttl. A run is admitted when it is the first in the queue (by the time it queued) and its nodes fit beside those
-of the admitted runs; it never times out while it waits.
-
-The Ray autoscaler's request (``ray.autoscaler.sdk.request_resources``) is one cluster-wide value that each call
-replaces. Under the admission lock the worker waits (wait_for_workers.py) set it to the GPU nodes of all admitted
-runs while any of them waits for workers, and withdraw it when the last one stops waiting: never one run's request
-in place of another's.
-
-Why files on Lustre rather than Kubernetes Leases or Kueue: every pod that needs the bookkeeping (the submitter
-pods, and the train step's own wait on the Ray head) already mounts the run's Lustre and runs the run lock there,
-and none needs write access to the namespace's Leases (a Role that lets every run's pod update every other run's
-Lease) or a queueing controller installed in the cluster (Kueue would admit the launcher Jobs by a quota in GPU-node
-units of its own, which knows nothing of the Ray autoscaler's request, still to be summed by hand).
+The place's submission id is ``<run>.place-<k>``; a second submitter of the same run finds it (or collides on the same
+id, which Ray refuses atomically) and follows it instead of queueing again. The place ends when the pipeline ends,
+when its launcher Job is deleted (the submitter pod's SIGTERM, told apart from an eviction as stop_on_delete does),
+or when a person stops it; a new pipeline of the run (a replaced Job, a rerun) takes the next k. A head restart
+without GCS fault tolerance empties Ray's job table: each live holder submits its place again, and Ray orders the
+queue anew by who asks first. Queued runs wait for up to the head's job start timeout (RAY_JOB_START_TIMEOUT_SECONDS,
+set by the infra stack); a place that Ray failed for it is submitted again as the next k, at the end of the queue.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
+import re
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator
+import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from submitter.errors import EndedError
 from submitter.output import Output, short
-from submitter.ray_api import is_job_of, live_submission_ids
-from submitter.records import pod_name, utc_now
-from submitter.run_lock import RunLock
+from submitter.ray_api import LIST_TIMEOUT_S, jobs_api
 
-ADMISSION_DIR = ".run-admission"  # under the Lustre mount, shared by every run of the cluster
-MUTEX_NAME = "admission.lock"
-DEFAULT_TTL_S = 60.0
+PLACE_RESOURCE = "gpu_node"  # the head's custom resource: one unit per GPU worker the cluster may have
+PLACE_METADATA = "nemo-rl-gke-place"  # metadata key of a place job: its run's name
+# ... and its GPU nodes, as Ray's job list does not show entrypoint_resources (what Ray holds the place to).
+NODES_METADATA = "nemo-rl-gke-nodes"
+# The place's own process: nothing but a sleep (on the head, the only node that offers the resource).
+PLACE_ENTRYPOINT = "sleep infinity"
 # How often a queued run says again why it waits, when nothing changed.
 REMIND_S = 300.0
+ENDED = ("STOPPED", "SUCCEEDED", "FAILED")
+START_TIMEOUT_MARK = "failed to start within"  # Ray's message for a job that stayed PENDING past the start timeout
 
 
-@dataclass
-class Entry:
+@dataclass(frozen=True)
+class Place:
+    submission_id: str
     run: str
+    attempt: int
     nodes: int
-    submission_ids: list[str]
-    holder: str
-    queued_at: str
-    admitted_at: str | None = None
-    waiting: bool = False  # a worker wait of this run wants the autoscaler's request
-    released: bool = False  # its holder ended: only a live Ray job keeps it
-    age_s: float = 0.0  # since its holder last renewed it
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "run": self.run,
-            "nodes": self.nodes,
-            "submission_ids": self.submission_ids,
-            "holder": self.holder,
-            "queued_at": self.queued_at,
-            "admitted_at": self.admitted_at,
-            "waiting": self.waiting,
-            "released": self.released,
-        }
-
-    def owns(self, submission_id: str) -> bool:
-        """A job of this run: a job of one of its steps (ray_api.is_job_of)."""
-        return any(is_job_of(submission_id, sid) for sid in self.submission_ids)
+    status: str
+    start_time: int  # ms, Ray's own clock: the queue's order
+    message: str = ""
 
 
-def entry_path(directory: str, run: str) -> str:
-    return os.path.join(directory, f"{run}.json")
+def place_id(run: str, attempt: int) -> str:
+    return f"{run}.place-{attempt}"
 
 
-def read_entries(directory: str) -> list[Entry]:
-    entries = []
-    try:
-        names = sorted(os.listdir(directory))
-    except FileNotFoundError:
-        return []
-    for name in names:
-        if not name.endswith(".json"):
-            continue
-        path = os.path.join(directory, name)
-        try:
-            with open(path, encoding="utf-8") as entry_file:
-                raw = json.load(entry_file)
-            age = time.time() - os.stat(path).st_mtime
-            entries.append(
-                Entry(
-                    run=str(raw["run"]),
-                    nodes=int(raw["nodes"]),
-                    submission_ids=[str(s) for s in raw["submission_ids"]],
-                    holder=str(raw["holder"]),
-                    queued_at=str(raw["queued_at"]),
-                    admitted_at=raw.get("admitted_at"),
-                    waiting=bool(raw.get("waiting")),
-                    released=bool(raw.get("released")),
-                    age_s=age,
-                )
-            )
-        except FileNotFoundError:
-            continue  # dropped meanwhile
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # being written (entries are renamed into place) or foreign: not a run's entry
-    return entries
-
-
-def write_entry(directory: str, entry: Entry) -> None:
-    """Whole or not at all: a temporary file renamed over the entry (which also renews it)."""
-    path = entry_path(directory, entry.run)
-    temporary = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-    with open(temporary, "w", encoding="utf-8") as entry_file:
-        json.dump(entry.to_json(), entry_file)
-    os.replace(temporary, path)
-
-
-def live_ray_jobs(address: str) -> list[str] | None:
-    """Submission ids Ray lists as PENDING or RUNNING; None when the Jobs API cannot be asked."""
-    try:
-        return live_submission_ids(address)
-    except Exception:
+def _place(job: dict[str, Any]) -> Place | None:
+    metadata = job.get("metadata") or {}
+    run = metadata.get(PLACE_METADATA)
+    sid = str(job.get("submission_id") or "")
+    found = re.fullmatch(rf"{re.escape(str(run))}\.place-(\d+)", sid) if run else None
+    if found is None:
         return None
-
-
-def counted(entries: list[Entry], ttl_s: float, live_jobs: Iterable[str] | None) -> tuple[list[Entry], list[Entry]]:
-    """(the entries that count, those to drop). An entry counts while its holder renews it, else while Ray lists a
-    live job of its run; when Ray cannot be asked, a silent entry counts (a place is never freed on a guess)."""
-    keep: list[Entry] = []
-    drop: list[Entry] = []
-    jobs = list(live_jobs) if live_jobs is not None else None
-    for entry in entries:
-        renewed = not entry.released and entry.age_s <= ttl_s
-        training = jobs is None or any(entry.owns(sid) for sid in jobs)
-        (keep if renewed or training else drop).append(entry)
-    return keep, drop
-
-
-def admitted_nodes(entries: list[Entry]) -> int:
-    return sum(e.nodes for e in entries if e.admitted_at)
-
-
-def queue(entries: list[Entry]) -> list[Entry]:
-    return sorted((e for e in entries if not e.admitted_at), key=lambda e: (e.queued_at, e.run))
-
-
-def why_queued(entry: Entry, entries: list[Entry], capacity: int) -> str:
-    """One line: whom the run waits behind and what it needs."""
-    free = capacity - admitted_nodes(entries)
-    ahead = [e for e in queue(entries) if (e.queued_at, e.run) < (entry.queued_at, entry.run)]
-    running = [e for e in entries if e.admitted_at]
-    behind = ahead[0] if ahead else (running[0] if running else None)
-    listed = ", ".join(f"{e.run} ({e.nodes})" for e in running) or "none"
-    return (
-        f"queued behind {behind.run if behind else '(nothing)'}: needs {entry.nodes} GPU node(s), {max(free, 0)} free "
-        f"of {capacity} (admitted: {listed}; queued ahead: {len(ahead)})"
+    return Place(
+        sid,
+        str(run),
+        int(found.group(1)),
+        int(metadata.get(NODES_METADATA) or 0),
+        str(job.get("status")),
+        int(job.get("start_time") or 0),
+        str(job.get("message") or ""),
     )
 
 
-class Admission:
-    """One run's place in the cluster's admission folder."""
+def list_places(address: str) -> list[Place]:
+    """Every place job Ray knows (one GET /api/jobs/); raises when the Jobs API cannot be asked."""
+    jobs = jobs_api(address, "GET", "/api/jobs/", LIST_TIMEOUT_S) or []
+    return [place for place in map(_place, jobs) if place is not None]
 
-    def __init__(
-        self,
-        directory: str,
-        run: str,
-        out: Output,
-        address: str,
-        ttl_s: float = DEFAULT_TTL_S,
-        live_jobs: Callable[[str], list[str] | None] = live_ray_jobs,
-    ) -> None:
-        self.directory, self.run, self.out, self.address, self.ttl_s = directory, run, out, address, ttl_s
-        self._live_jobs = live_jobs
-        self.holder = f"{pod_name()} pid {os.getpid()} ({uuid.uuid4().hex[:8]})"
 
-    @contextlib.contextmanager
-    def decision(self) -> Iterator[list[Entry]]:
-        """Under the admission lock: the entries that count (the others removed)."""
-        os.makedirs(self.directory, exist_ok=True)
-        mutex = RunLock(
-            os.path.join(self.directory, MUTEX_NAME), self.ttl_s, self.out, self.holder, "the admission lock"
-        )
-        mutex.acquire(wait_s=float("inf"))
-        try:
-            entries = read_entries(self.directory)
-            silent = [e for e in entries if e.released or e.age_s > self.ttl_s]
-            jobs = self._live_jobs(self.address) if silent else []
-            keep, drop = counted(entries, self.ttl_s, jobs)
-            for entry in drop:
-                if entry.run != self.run:
-                    self.out.say(f"{entry.run} no longer holds GPU nodes (its submitter ended and no job of it runs)")
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry_path(self.directory, entry.run))
-            yield keep
-        finally:
-            mutex.release()
+def latest(places: list[Place], run: str) -> Place | None:
+    mine = [p for p in places if p.run == run]
+    return max(mine, key=lambda p: p.attempt) if mine else None
 
-    def mine(self, entries: list[Entry]) -> Entry | None:
-        return next((e for e in entries if e.run == self.run), None)
 
-    def join(self, nodes: int, submission_ids: list[str]) -> None:
-        """Queue the run (or take over its entry: a new pod of a run keeps its place and its admission)."""
-        with self.decision() as entries:
-            entry = self.mine(entries)
-            if entry is None:
-                entry = Entry(self.run, nodes, submission_ids, self.holder, utc_now())
-            else:
-                entry.nodes, entry.submission_ids, entry.holder = nodes, submission_ids, self.holder
-                entry.released = False
-            write_entry(self.directory, entry)
+def admitted_nodes(places: list[Place]) -> int:
+    """GPU nodes of the admitted runs (their RUNNING places)."""
+    return sum(p.nodes for p in places if p.status == "RUNNING")
 
-    def try_admit(self, capacity: int) -> tuple[bool, str]:
-        """(admitted, why not). First in the queue and fitting beside the admitted runs: admitted."""
-        with self.decision() as entries:
-            entry = self.mine(entries)
-            if entry is None:
-                raise RuntimeError(f"the admission entry of {self.run} disappeared from {self.directory}")
-            if entry.admitted_at:
-                return True, ""
-            first = queue(entries)[0]
-            if first.run == entry.run and admitted_nodes(entries) + entry.nodes <= capacity:
-                entry.admitted_at = utc_now()
-                write_entry(self.directory, entry)
-                return True, ""
-            return False, why_queued(entry, entries, capacity)
 
-    def renew(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.utime(entry_path(self.directory, self.run))
+def admitted_nodes_at(address: str) -> int:
+    return admitted_nodes(list_places(address))
 
-    def release(self) -> None:
-        """The holder ends: the entry now counts only while a Ray job of the run is live."""
-        with self.decision() as entries:
-            entry = self.mine(entries)
-            if entry is not None and entry.holder == self.holder:
-                entry.released, entry.waiting = True, False
-                write_entry(self.directory, entry)
 
-    def set_waiting(
-        self, waiting: bool, request: Callable[[list[dict[str, int]]], None], gpus_per_node: int
-    ) -> tuple[int, bool]:
-        """Mark this run's worker wait as wanting the autoscaler request (or not), then set the request to what the
-        admitted runs need while any of them waits, or withdraw it; under the lock, so requests never cross.
-        (GPU nodes of the admitted runs, whether the request stands.)"""
-        with self.decision() as entries:
-            entry = self.mine(entries)
-            changed = entry is not None and entry.waiting != waiting
-            if entry is not None:
-                entry.waiting = waiting
-            total = admitted_nodes(entries)
-            wanted = any(e.waiting for e in entries if e.admitted_at)
-            request([{"GPU": gpus_per_node}] * total if wanted else [])
-            if changed and entry is not None:  # only once the cluster has it: a failed request changes nothing
-                write_entry(self.directory, entry)
-            return total, wanted
+def why_queued(mine: Place, places: list[Place], capacity: int | None) -> str:
+    """One line: whom the run waits behind and what it needs, from Ray's job table."""
+    running = [p for p in places if p.status == "RUNNING"]
+    ahead = [p for p in places if p.status == "PENDING" and (p.start_time, p.run) < (mine.start_time, mine.run)]
+    listed = ", ".join(f"{p.run} ({p.nodes})" for p in running) or "none"
+    free = f", {max(capacity - admitted_nodes(places), 0)} free of {capacity}" if capacity else ""
+    return (
+        f"queued ({mine.submission_id} is PENDING in Ray): needs {mine.nodes} GPU node(s){free} (admitted: {listed}; "
+        f"queued ahead: {len(ahead)})"
+    )
 
-    def needed_nodes(self) -> int:
-        """GPU nodes of every admitted run (this one's included): what a worker wait of this run waits for."""
-        with self.decision() as entries:
-            return admitted_nodes(entries)
+
+def status_lines(address: str, capacity: int | None = None) -> list[str]:
+    """What `admission.py status` prints: admitted runs first, then the queue in Ray's order."""
+    live = [p for p in list_places(address) if p.status in ("RUNNING", "PENDING")]
+    lines = [
+        f"{p.run}: {p.nodes} GPU node(s), {'admitted' if p.status == 'RUNNING' else 'queued'} ({p.submission_id})"
+        for p in sorted(live, key=lambda p: (p.status != "RUNNING", p.start_time, p.run))
+    ]
+    if capacity is not None:
+        lines.append(f"{admitted_nodes(live)} of {capacity} GPU nodes admitted")
+    return lines or ["no run holds or waits for GPU nodes"]
+
+
+def _job(address: str, sid: str) -> dict[str, Any] | None:
+    info = jobs_api(address, "GET", f"/api/jobs/{urllib.parse.quote(sid, safe='')}", LIST_TIMEOUT_S)
+    return info if info is not None and info.get("submission_id") == sid else None
+
+
+def submit_place(address: str, run: str, attempt: int, nodes: int) -> None:
+    """Ask Ray for the run's place; a second submitter of the same id is refused by Ray and follows the first."""
+    body = {
+        "entrypoint": PLACE_ENTRYPOINT,
+        "submission_id": place_id(run, attempt),
+        "entrypoint_resources": {PLACE_RESOURCE: nodes},
+        "metadata": {PLACE_METADATA: run, NODES_METADATA: str(nodes)},
+    }
+    try:
+        jobs_api(address, "POST", "/api/jobs/", LIST_TIMEOUT_S, body)
+    except Exception as exc:
+        if "already exists" not in getattr(exc, "ray_text", ""):
+            raise
+
+
+class Holder:
+    """A run's place in Ray's queue, held for the pipeline's whole life by the submitter pod (admission.py hold)."""
+
+    def __init__(self, address: str, run: str, nodes: int, out: Output, capacity: int | None = None) -> None:
+        self.address, self.run, self.nodes, self.out, self.capacity = address, run, nodes, out, capacity
+        self.attempt: int | None = None
+
+    @property
+    def submission_id(self) -> str:
+        return place_id(self.run, self.attempt or 0)
+
+    def join(self) -> None:
+        """Follow the run's live place, or ask for a new one after the last that ended."""
+        newest = latest(list_places(self.address), self.run)
+        if newest is not None and newest.status not in ENDED:
+            self.attempt = newest.attempt
+            self.out.say(f"following the run's place {newest.submission_id} ({newest.status})")
+            return
+        self.attempt = newest.attempt + 1 if newest is not None else 1
+        submit_place(self.address, self.run, self.attempt, self.nodes)
+        self.out.say(f"asked Ray for {self.nodes} GPU node(s) as {self.submission_id}")
+
+    def look(self) -> tuple[str, str]:
+        """(status, why queued) of the place now; a place Ray lost (its head restarted) or failed for the start
+        timeout is asked for again."""
+        info = _job(self.address, self.submission_id)
+        if info is None:
+            self.out.say(f"Ray no longer knows {self.submission_id} (the head restarted): asking for the place again")
+            submit_place(self.address, self.run, self.attempt or 1, self.nodes)
+            return "PENDING", ""
+        status = str(info.get("status"))
+        if status == "FAILED" and START_TIMEOUT_MARK in str(info.get("message") or ""):
+            self.out.say(f"{self.submission_id} waited past the head's job start timeout; queueing again")
+            self.attempt = (self.attempt or 0) + 1
+            submit_place(self.address, self.run, self.attempt, self.nodes)
+            return "PENDING", ""
+        if status == "PENDING":
+            places = list_places(self.address)
+            mine = next((p for p in places if p.submission_id == self.submission_id), None)
+            return status, why_queued(mine, places, self.capacity) if mine else ""
+        return status, str(info.get("message") or "")
+
+    def release(self, stop: Callable[[str, str, float, Output], bool], timeout_s: float) -> None:
+        if self.attempt is None:
+            return
+        info = _job(self.address, self.submission_id)
+        if info is not None and info.get("status") == "PENDING":
+            # Ray hands a stop to the place's process, which a queued place does not have yet: it ends the moment
+            # its turn comes, holding nothing meanwhile. Waiting for that would outlast the pod's grace period.
+            path = f"/api/jobs/{urllib.parse.quote(self.submission_id, safe='')}/stop"
+            jobs_api(self.address, "POST", path, LIST_TIMEOUT_S)
+            self.out.say(f"asked Ray to stop the queued {self.submission_id}; it ends when its turn comes")
+            return
+        stop(self.address, self.submission_id, timeout_s, self.out)
 
 
 def hold(
-    admission: Admission,
-    nodes: int,
-    submission_ids: list[str],
-    capacity: int,
-    ready_file: str,
-    poll_s: float,
-    stop: threading.Event,
-) -> bool:
-    """Queue, wait for admission (saying why while queued), write ``ready_file``, then renew the entry until
-    ``stop``; release it on the way out. False when stopped before admission."""
-    out = admission.out
-    admission.join(nodes, submission_ids)
-    said, said_at = "", 0.0
-    try:
-        while not stop.is_set():
-            admitted, why = admission.try_admit(capacity)
-            if admitted:
-                break
-            if why != said or time.monotonic() - said_at >= REMIND_S:
-                out.say(why)
-                said, said_at = why, time.monotonic()
-            stop.wait(poll_s)
-            admission.renew()
-        else:
-            return False
-        out.say(f"admitted: {admission.run} runs on {nodes} GPU node(s) of {capacity}")
-        with open(ready_file, "w", encoding="utf-8") as ready:
-            ready.write(utc_now())
-        while not stop.wait(admission.ttl_s / 4):
-            try:
-                admission.renew()
-            except OSError as exc:
-                out.say(f"could not renew the admission of {admission.run} ({short(exc)}); trying again")
-        return True
-    finally:
-        admission.release()
+    holder: Holder, ready_file: str, poll_s: float, stop: threading.Event, sleep: Callable[[float], Any] | None = None
+) -> str:
+    """Queue, wait for admission (saying why while queued), write ``ready_file``, then follow the place until ``stop``.
+    Returns, when stopped, RUNNING (admitted) or PENDING (queued); otherwise the status the place ended with."""
+    out = holder.out
+    wait = sleep or stop.wait
+    holder.join()
+    said, said_at, admitted = "", 0.0, False
+    while not stop.is_set():
+        try:
+            status, why = holder.look()
+        except Exception as exc:  # the head restarting: its job table tells once it answers
+            status, why = "UNKNOWN", f"the Ray Jobs API does not answer ({short(exc)}); asking again"
+        if status == "RUNNING" and not admitted:
+            admitted = True
+            out.say(f"admitted: {holder.run} runs on {holder.nodes} GPU node(s) ({holder.submission_id} RUNNING)")
+            with open(ready_file, "w", encoding="utf-8") as ready:
+                ready.write(holder.submission_id)
+        elif status in ENDED:
+            out.say(f"the run's place {holder.submission_id} ended {status} {why}".rstrip())
+            return status
+        elif status == "PENDING" and admitted:
+            admitted = False  # lost with a head restart: the steps wait for the place again (ray_submit.py)
+            remove_ready(ready_file)
+        if status != "RUNNING" and why and (why != said or time.monotonic() - said_at >= REMIND_S):
+            out.say(why)
+            said, said_at = why, time.monotonic()
+        wait(poll_s)
+    return "RUNNING" if admitted else "PENDING"
 
 
-def status_lines(directory: str, capacity: int | None = None) -> list[str]:
-    """What `admission.py status` prints: each run with its nodes and state, admitted first, then the queue."""
-    entries = read_entries(directory)
-    lines = []
-    for entry in sorted(entries, key=lambda e: (e.admitted_at is None, e.admitted_at or e.queued_at, e.run)):
-        state = f"admitted {entry.admitted_at}" if entry.admitted_at else f"queued since {entry.queued_at}"
-        holder = "released" if entry.released else f"holder {entry.holder}, renewed {entry.age_s:.0f} s ago"
-        lines.append(f"{entry.run}: {entry.nodes} GPU node(s), {state} ({holder})")
-    if capacity is not None:
-        lines.append(f"{admitted_nodes(entries)} of {capacity} GPU nodes admitted")
-    return lines or ["no run holds or waits for GPU nodes"]
+def remove_ready(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def wait_for_place(address: str, run: str, out: Output, poll_s: float = 5.0) -> None:
+    """Before a step of the run is submitted: return once the run's newest place is RUNNING (admitted). After a head
+    restart the holder asks for the place again, and the run's steps wait here while it is queued."""
+    said = ""
+    while True:
+        newest = None
+        try:
+            newest = latest(list_places(address), run)
+            state = newest.status if newest is not None else "absent"
+        except Exception as exc:
+            state = f"unknown ({short(exc)})"
+        if state == "RUNNING":
+            return
+        if newest is not None and state == "STOPPED":
+            raise EndedError(f"the run's place {newest.submission_id} was stopped: nothing more is submitted")
+        if state != said:
+            out.say(f"waiting for the run's place on the GPU nodes before submitting (it is {state})")
+            said = state
+        time.sleep(poll_s)

@@ -19,8 +19,11 @@ from their outcome records (records.py).
 
 With ``--record`` the attempts also live on Lustre: the attempt ledger beside the record (records.AttemptLedger)
 gets each attempt before it is submitted, and a new submitter goes on from the larger of the ledger and Ray's table
-(continue_after_ledger), so neither a new pod nor a head restart resets the budget. The run lock (run_lock.py) keeps
-a second submitter of the same run out meanwhile.
+(continue_after_ledger), so neither a new pod nor a head restart resets the budget. The ledger only records what Ray
+holds: a second submitter of the same run (the Job controller starts none while the first pod lives, but a Job made
+by hand could) computes the same attempt id, and Ray refuses the second submission of an id atomically, so it
+follows the first. With ``--place-of RUN`` no attempt is submitted until the run's place is RUNNING
+(submitter/admission.py): after a head restart the run waits for its place again before it trains.
 """
 
 from __future__ import annotations
@@ -64,7 +67,6 @@ from submitter.records import (
     rerun_hint,
     write_record,
 )
-from submitter.run_lock import RunLock, lock_path
 
 if TYPE_CHECKING:
     from ray.job_submission import JobDetails, JobSubmissionClient
@@ -84,12 +86,10 @@ def attempt_id(submission_id: str, attempt: int) -> str:
 
 
 class Current:
-    """The attempt id the submitter works on (the SIGTERM handler stops this one when the run is deleted) and the run
-    lock it holds (released on every way out)."""
+    """The attempt id the submitter works on (the SIGTERM handler stops this one when the run is deleted)."""
 
     def __init__(self, submission_id: str) -> None:
         self.id = submission_id
-        self.lock: RunLock | None = None
 
 
 def check_command(info: JobDetails, attempt: str, entrypoint: str) -> None:
@@ -247,11 +247,19 @@ def outcome(info: JobDetails, attempt: str, out: Output, earlier: bool, advice: 
 
 
 def before_submitting(
-    current: Current, ledger: AttemptLedger | None, attempt: int, aid: str, session: str, command: str
+    args: argparse.Namespace,
+    out: Output,
+    ledger: AttemptLedger | None,
+    attempt: int,
+    aid: str,
+    session: str,
+    command: str,
 ) -> None:
-    """Just before Ray is asked to run an attempt: this submitter still holds the run, and the ledger counts it."""
-    if current.lock is not None:
-        current.lock.check()
+    """Just before Ray is asked to run an attempt: the run holds its place, and the ledger counts the attempt."""
+    if args.place_of:
+        from submitter.admission import wait_for_place
+
+        wait_for_place(args.address, args.place_of, out)
     if ledger is not None:
         ledger.begin(attempt, aid, session, command)
 
@@ -317,6 +325,12 @@ def continue_after_ledger(
             + rerun_hint(args.record),
             outcome,
         )
+    if not outcome and ended.get("ray_session") == head.session:
+        # Begun on this very head and not on it: its submitter has not reached Ray yet (paused between the ledger
+        # and the submission, or failed before it). Only a head restart loses a job, so this id is not spent:
+        # submit it (Ray takes one submission of an id, so two submitters of the run cannot both run the step).
+        out.say(f"{lost} is in the ledger but not yet on this Ray head; submitting it under the same id")
+        return latest, False, max(ledger.started(latest) - 1, 0)
     ledger.end(lost, "LOST (not on the Ray head: it restarted after the submission)")
     out.say(f"{lost} was submitted but the Ray head does not know it: lost with a head restart, and counted")
     if latest < max_retries:
@@ -343,10 +357,7 @@ def run(
     if not args.record:
         return run_attempts(args, entrypoint, runtime_env, out, current, None)
     check_writable(args.record)
-    current.lock = RunLock(lock_path(args.record), args.lock_ttl, out)
-    current.lock.acquire(args.connect_timeout)
     try:
-        # Under the lock: the record and the ledger as the run's last holder left them.
         try:
             return run_recorded(args, entrypoint, runtime_env, out, current)
         except ConflictError as exc:
@@ -358,8 +369,6 @@ def run(
         changed = f" Changed: {changed_words(exc.old_command, entrypoint)}." if exc.old_command else ""
         only = f" Only a larger {args.extendable} extends a run." if args.extendable else ""
         raise ConflictError(f"{exc}{changed}{only}{rerun_hint(args.record)}", exc.old_command) from None
-    finally:
-        current.lock.release()
 
 
 def run_recorded(
@@ -454,7 +463,7 @@ def run_attempts(
             info = outage.call(functools.partial(lookup, client, attempt_id(sid, attempt)), "looking up the job")
     while True:
         aid = current.id = attempt_id(sid, attempt)
-        opened = functools.partial(before_submitting, current, ledger, attempt, aid, head.session, entrypoint)
+        opened = functools.partial(before_submitting, args, out, ledger, attempt, aid, head.session, entrypoint)
         try:
             final, earlier = settle(client, aid, entrypoint, runtime_env, outage, out, info, head, opened)
         except HeadRestartedError as lost:

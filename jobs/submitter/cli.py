@@ -12,7 +12,6 @@ from typing import Any
 from submitter.attempts import DEFAULT_MAX_RESUBMITS, MAX_ATTEMPTS_SCANNED, MAX_RESUBMITS
 from submitter.errors import UsageError
 from submitter.ray_auth import AUTH_TOKEN_ENV
-from submitter.run_lock import DEFAULT_LOCK_TTL_S
 from submitter.stop_on_delete import SERVICE_ACCOUNT_DIR
 
 DEFAULT_CONNECT_TIMEOUT_S = 600.0
@@ -35,7 +34,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict
         description="Submit (or re-attach to) a Ray job under a fixed submission id and wait for it.",
         usage="%(prog)s --address http://HOST:8265 --submission-id ID [--connect-timeout SECONDS] "
         "[--runtime-env-json JSON] [--max-retries N] [--max-resubmits N] "
-        "[--record FILE [--lock-ttl SECONDS] [--extendable KEY]] "
+        "[--record FILE [--extendable KEY]] [--place-of RUN] "
         "[--k8s-job NAME --k8s-run-marker NAME --k8s-namespace NS [--k8s-api URL] [--stop-timeout SECONDS]] "
         "-- ENTRYPOINT...",
     )
@@ -72,11 +71,10 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict
         "as new attempts ID-stepsN, once its old attempts ended, instead of being refused",
     )
     parser.add_argument(
-        "--lock-ttl",
-        type=float,
-        default=DEFAULT_LOCK_TTL_S,
-        help="with --record: seconds after which a silent submitter's hold on the run is taken over "
-        f"(default: {DEFAULT_LOCK_TTL_S:g})",
+        "--place-of",
+        default=None,
+        metavar="RUN",
+        help="submit no attempt until the run's place on the GPU nodes is RUNNING (submitter/admission.py)",
     )
     parser.add_argument(
         "--k8s-job", default=None, help="this pod's Kubernetes Job: stop the Ray job when it is deleted"
@@ -118,8 +116,6 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], dict
             raise UsageError("--k8s-job, --k8s-run-marker and --k8s-namespace go together")
         if args.extendable is not None and not (args.record and re.fullmatch(r"[A-Za-z_][\w.]*", args.extendable)):
             raise UsageError("--extendable needs --record and a key such as grpo.max_num_steps")
-        if not args.lock_ttl > 0:
-            raise UsageError("--lock-ttl must be a positive number of seconds")
         if not args.stop_timeout > 0:
             raise UsageError("--stop-timeout must be a positive number of seconds")
         runtime_env = parse_runtime_env(args.runtime_env_json)

@@ -93,16 +93,19 @@ class Outage:
                 return result
 
 
-def jobs_api(address: str, method: str, path: str, timeout_s: float) -> Any:
+def jobs_api(address: str, method: str, path: str, timeout_s: float, body: dict[str, Any] | None = None) -> Any:
     """One request to the Jobs API with its own time limit (connect and answer); the JSON answer, or None for 404
-    (no such job)."""
-    request = urllib.request.Request(f"{address}{path}", method=method, headers=auth_headers())
+    (no such job). Another HTTP error keeps Ray's answer as ``ray_text`` (why it refused)."""
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {**auth_headers(), **({"Content-Type": "application/json"} if data else {})}
+    request = urllib.request.Request(f"{address}{path}", data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as resp:
             return json.loads(resp.read().decode("utf-8", "replace") or "{}")
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return None
+        exc.ray_text = exc.read().decode("utf-8", "replace")  # type: ignore[attr-defined]
         raise
 
 

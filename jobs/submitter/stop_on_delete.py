@@ -145,8 +145,6 @@ def install_signal_handlers(
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one decision per pod; kubelet's SIGKILL ends any overrun
         name = signal.Signals(signum).name
         try:
-            if current.lock is not None:  # the next submitter of the run need not wait for it to expire
-                current.lock.release()
             if signum == signal.SIGTERM and k8s is not None:
                 deleted, why = k8s.run_deleted()
                 out.say(f"received {name}; {why}")

@@ -55,12 +55,12 @@ def test_the_launcher_lets_the_train_step_alone_be_extended() -> None:
             assert f"{KEY}=10" in words[-1].split()
 
 
-def _args(address: str, sid: str, record: Path, marker: Path, steps: int, extra: str = "", ttl: int = 60) -> list[str]:
+def _args(address: str, sid: str, record: Path, marker: Path, steps: int, extra: str = "") -> list[str]:
     # The run writes its step count ($0, the key's word) to the marker: the command differs only in that word.
     work = f'echo "${{0##*=}}" >> {marker}; while [ -e {marker}.hold ]; do sleep 0.2; done; echo trained {extra}'
 
     return [sys.executable, str(SCRIPT), f"--address={address}", f"--submission-id={sid}", "--max-retries=1",
-            f"--record={record}", f"--extendable={KEY}", f"--lock-ttl={ttl}",
+            f"--record={record}", f"--extendable={KEY}",
             "--", "sh", "-c", work, f"{KEY}={steps}"]  # fmt: skip
 
 
@@ -148,7 +148,7 @@ def test_the_extension_waits_for_an_old_attempt_that_still_trains(ray_address: s
         old.send_signal(signal.SIGKILL)
         old.wait()
     new = subprocess.Popen(
-        _args(ray_address, sid, record, marker, 4, ttl=3), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        _args(ray_address, sid, record, marker, 4), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=_env(),
     )  # fmt: skip
     waiting = f"{sid} still runs with the old command; the extension starts when it ends"

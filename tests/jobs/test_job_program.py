@@ -615,8 +615,7 @@ def test_only_the_train_step_is_retried_and_each_attempt_guards_the_checkpoints(
         "--gpus-per-node=8",
         f"--timeout-s={job.wait_for_workers_minutes * 60}",
         # It waits for every admitted run's nodes, this one's included (submitter/admission.py).
-        "--admission-dir=/data/.run-admission",
-        "--run=exp3",
+        "--with-admitted-runs",
     ]
     assert guard == "python /data/exp3/scripts/checkpoint_guard.py --checkpoint-dir=/data/exp3"
     assert run.startswith("cd /opt/nemo-rl && uv run python examples/run_grpo_math.py")
@@ -833,16 +832,37 @@ def test_the_project_files_defaults_are_the_programs(infra_outputs, stack):
 
 
 def test_the_job_is_replaced_when_its_immutable_failure_policy_changes(infra_outputs):
-    """spec.podFailurePolicy is immutable in Kubernetes but not in the provider's replace list: a change must replace
-    the Job, not fail as a patch. Deleting it waits for its pod (foreground), within a bounded time."""
-    job = run_jobs("dev", infra_outputs).one("kubernetes:batch/v1:Job")
-    assert job.replace_on_changes == ["spec.podFailurePolicy"]
-    assert job.delete_before_replace
-    from launcher.job import GRACE_SECONDS
+    """spec.podFailurePolicy is immutable in Kubernetes but not in the provider's replace list: its exit codes are in
+    the pod template, which is (pulumi-kubernetes v4.32 diff.go: .spec.template), so a change replaces the Job, and
+    the provider deletes first as the name stays. Deleting it waits for its pod (foreground), within a bounded time."""
+    from launcher.job import FINAL_EXIT_CODES, GRACE_SECONDS
 
+    job = run_jobs("dev", infra_outputs).one("kubernetes:batch/v1:Job")
+    annotations = job.inputs["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["nemo-rl-gke/final-exit-codes"] == ",".join(map(str, FINAL_EXIT_CODES))
+    codes = job.inputs["spec"]["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"]
+    assert [int(code) for code in codes] == FINAL_EXIT_CODES
     assert job.custom_timeouts is not None
     delete = job.custom_timeouts["delete"]
     assert delete.endswith("m") and int(delete[:-1]) * 60 > GRACE_SECONDS
+
+
+def test_a_new_run_name_is_created_first_and_the_old_run_stopped_like_a_destroy(infra_outputs):
+    """The provider deletes first only when the name stays (pulumi-kubernetes v4.32 provider.go Diff): a new runName
+    names a new Job, created first; the old Job and its marker are deleted at the end of the update in reverse
+    dependency order (pulumi v3.259 step_generator.go ScheduleDeletes), the marker first, so the old submitter
+    stops its Ray job on SIGTERM as on `pulumi destroy` (jobs/submitter/stop_on_delete.py)."""
+    run = run_jobs("dev", infra_outputs)
+    job = run.one("kubernetes:batch/v1:Job")
+    marker = next(r for r in run.of_type("kubernetes:core/v1:ConfigMap") if r.name.endswith("-run-marker"))
+    assert not job.delete_before_replace and not job.replace_on_changes  # the provider decides, by the name
+    assert job.urn in marker.dependencies  # deleted after the marker
+    run_name = job.inputs["metadata"]["name"].removesuffix("-pipeline")
+    assert marker.inputs["metadata"]["name"] == f"{run_name}-run"
+    # Every object the old submitter reads on SIGTERM is named after the run: a new runName creates new ones, and
+    # the old ones go after the old Job, which depends on them.
+    for resource in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role"):
+        assert resource.inputs["metadata"]["name"].startswith(run_name) and resource.urn in job.dependencies
 
 
 def test_the_job_stack_needs_the_cluster_id(infra_outputs):

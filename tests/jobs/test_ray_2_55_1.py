@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT, shared_infra_run
 from launcher.pipeline import pipeline_steps, submit_command
 from launcher.settings import InfraOutputs, build_infra_outputs, build_job_settings
-from ray_head import HEAD_GPUS
+from ray_head import HEAD_GPUS, place_held
 from ray_v0_7_0 import RAY_VERSION, TOKEN, WITH_TOKEN
 from test_runtime_env_on_ray import DRIVER, OLD_RUNTIME_ENV, as_submitted, submit, submit_all, submit_flags
 from upstream import reference
@@ -89,8 +89,9 @@ def on_2_55_1(
     command: list[str], python: Path, address: str, driver: list[str], records: Path, extra: tuple[str, ...] = ()
 ):
     """The pipeline's submit command with this module's head and the 2.55.1 interpreter running ray_submit.py."""
-    args = as_submitted(command, address, driver, records, extra)
-    return submit([str(python), *args[1:]], WITH_TOKEN)
+    with place_held(address, f"t-v070-{uuid.uuid4().hex[:6]}", WITH_TOKEN) as run:
+        args = as_submitted(command, address, driver, records, run, extra)
+        return submit([str(python), *args[1:]], WITH_TOKEN)
 
 
 def test_every_v0_7_0_step_as_submitted_lets_init_ray_attach(
@@ -102,8 +103,11 @@ def test_every_v0_7_0_step_as_submitted_lets_init_ray_attach(
     evals = [step for step in steps if step.name.startswith("eval-")]
     assert [step.name for step in evals] == ["eval-base", "eval-final"]
     submitted = [*distinct.values(), *evals]
-    commands = [as_submitted(submit_command(s, job, v070_h200), v070_address, driver, tmp_path) for s in submitted]
-    results = submit_all([[str(v070_python), *args[1:]] for args in commands], WITH_TOKEN)  # on_2_55_1, all at once
+    with place_held(v070_address, f"t-v070-{uuid.uuid4().hex[:6]}", WITH_TOKEN) as run:
+        commands = [
+            as_submitted(submit_command(s, job, v070_h200), v070_address, driver, tmp_path, run) for s in submitted
+        ]
+        results = submit_all([[str(v070_python), *args[1:]] for args in commands], WITH_TOKEN)  # on_2_55_1, at once
     for step, result in zip(submitted, results, strict=True):
         assert result.returncode == 0, f"{step.name}:\n{result.stdout}{result.stderr}"
         assert f"init_ray attached; GPUs: {float(HEAD_GPUS)}" in result.stdout, result.stdout

@@ -26,6 +26,7 @@ from launcher.pipeline import (
     submit_command,
 )
 from launcher.settings import ConfigError, InfraOutputs, build_infra_outputs, build_job_settings
+from ray_head import place_held
 from submitter import errors
 from submitter.records import rerun_hint
 
@@ -200,22 +201,23 @@ def test_the_docs_rerun_recipe_runs_a_finished_step_again_once(
         step = by_name(pipeline_steps(job, infra))["eval-final"]
         return _run(_submitter(submit_command(step, job, infra), ray_address, work))
 
-    first_job = job_with(infra, runName=run_name, stopOnDelete=False)
-    first = submit(first_job)
-    assert first.returncode == errors.EXIT_SUCCEEDED, first.stdout
-    skipped = submit(first_job)  # a new pod of the same Job: the record says done
-    assert "nothing was run again" in skipped.stdout and marker.read_text().splitlines() == ["run"]
+    with place_held(ray_address, run_name):  # as the pipeline holds the run's place around its steps
+        first_job = job_with(infra, runName=run_name, stopOnDelete=False)
+        first = submit(first_job)
+        assert first.returncode == errors.EXIT_SUCCEEDED, first.stdout
+        skipped = submit(first_job)  # a new pod of the same Job: the record says done
+        assert "nothing was run again" in skipped.stdout and marker.read_text().splitlines() == ["run"]
 
-    rerun_job = job_with(infra, runName=run_name, stopOnDelete=False, rerun=rerun)
-    again = submit(rerun_job)
-    assert again.returncode == errors.EXIT_SUCCEEDED, again.stdout
-    assert again.stdout.splitlines()[-1] == f"ray_submit: job {run_name}-eval-final-rerun1 SUCCEEDED"
-    assert marker.read_text().splitlines() == ["run", "run"]
-    outcomes = tmp_path / "data" / run_name / "step-outcomes"
-    assert json.loads((outcomes / "eval-final.rerun1.json").read_text())["job"] == f"{run_name}-eval-final-rerun1"
-    assert json.loads((outcomes / "eval-final.json").read_text())["job"] == f"{run_name}-eval-final"  # kept
-    once_more = submit(rerun_job)  # an evicted pod of the rerun's Job: not a third run
-    assert once_more.returncode == errors.EXIT_SUCCEEDED and marker.read_text().splitlines() == ["run", "run"]
+        rerun_job = job_with(infra, runName=run_name, stopOnDelete=False, rerun=rerun)
+        again = submit(rerun_job)
+        assert again.returncode == errors.EXIT_SUCCEEDED, again.stdout
+        assert again.stdout.splitlines()[-1] == f"ray_submit: job {run_name}-eval-final-rerun1 SUCCEEDED"
+        assert marker.read_text().splitlines() == ["run", "run"]
+        outcomes = tmp_path / "data" / run_name / "step-outcomes"
+        assert json.loads((outcomes / "eval-final.rerun1.json").read_text())["job"] == f"{run_name}-eval-final-rerun1"
+        assert json.loads((outcomes / "eval-final.json").read_text())["job"] == f"{run_name}-eval-final"  # kept
+        once_more = submit(rerun_job)  # an evicted pod of the rerun's Job: not a third run
+        assert once_more.returncode == errors.EXIT_SUCCEEDED and marker.read_text().splitlines() == ["run", "run"]
 
 
 def test_a_changed_step_is_refused_with_the_rerun_command(ray_address: str, tmp_path: Path) -> None:

@@ -140,6 +140,4 @@ def test_without_the_autoscaler_only_the_runs_own_workers_are_waited_for_and_che
     first, train_wait, preflight = _waits_and_preflight_nodes(exported["h200"])
     assert "--nodes=1" in first and preflight == {"--nodes=1"}
     assert "--nodes=1" in train_wait and not any(w.startswith("--request-address") for w in train_wait)
-    assert any(w.startswith("--admission-dir=") for w in first) and any(
-        w.startswith("--admission-dir=") for w in train_wait
-    )
+    assert "--with-admitted-runs" in first and "--with-admitted-runs" in train_wait

@@ -19,6 +19,7 @@ import pytest
 from conftest import ROOT, shared_infra_run
 from launcher.pipeline import SUBMITTER, pipeline_steps, submit_command
 from launcher.settings import InfraOutputs, build_infra_outputs, build_job_settings
+from ray_head import place_held
 from upstream import reference
 
 pytestmark = pytest.mark.timeout(300)
@@ -61,11 +62,12 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 def as_submitted(
-    command: list[str], ray_address: str, driver: list[str], records: Path, extra: tuple[str, ...] = ()
+    command: list[str], ray_address: str, driver: list[str], records: Path, run: str, extra: tuple[str, ...] = ()
 ) -> list[str]:
     """The pipeline's submit command, run here: this interpreter and the repository's ray_submit.py, the test head's
     address, a fresh submission id (one head serves the whole session) with its outcome record under `records`
-    (not /data), the driver as the entrypoint. Every other flag stays exactly as the pipeline wrote it."""
+    (not /data), the place of `run` (held by the test, as the pipeline holds its own: ray_head.place_held), the
+    driver as the entrypoint. Every other flag stays exactly as the pipeline wrote it."""
     cut = command.index("--")
     assert command[:2] == ["python", SUBMITTER]
     suffix = uuid.uuid4().hex[:6]
@@ -77,6 +79,8 @@ def as_submitted(
             word = f"{word}-{suffix}"
         elif word.startswith("--record="):
             word = f"--record={records / suffix / Path(word.split('=', 1)[1]).name}"
+        elif word.startswith("--place-of="):
+            word = f"--place-of={run}"
         flags.append(word)
     return [sys.executable, str(ROOT / "jobs" / "ray_submit.py"), *flags, *extra, "--", *driver]
 
@@ -114,7 +118,9 @@ def test_every_step_as_submitted_lets_init_ray_attach(
     distinct = {submit_flags(submit_command(step, job, h200)): step for step in steps}
     evals = [step for step in steps if step.name.startswith("eval-")]
     submitted = [*distinct.values(), *evals]
-    results = submit_all([as_submitted(submit_command(s, job, h200), ray_address, driver, tmp_path) for s in submitted])
+    with place_held(ray_address, f"t-env-{uuid.uuid4().hex[:6]}") as run:
+        commands = [as_submitted(submit_command(s, job, h200), ray_address, driver, tmp_path, run) for s in submitted]
+        results = submit_all(commands)
     for step, result in zip(submitted, results, strict=True):
         output = result.stdout + result.stderr
         assert result.returncode == 0, f"{step.name}:\n{output}"
@@ -133,7 +139,8 @@ def test_the_old_job_runtime_env_fails_init_ray(
     train = next(step for step in pipeline_steps(job, h200) if step.name == "train")
     # One attempt shows the failure: the train step's retries (maxRestarts, 3 by default) would only repeat it.
     old = ("--runtime-env-json", json.dumps(OLD_RUNTIME_ENV), "--max-retries=0")
-    result = submit(as_submitted(submit_command(train, job, h200), ray_address, driver, tmp_path, extra=old))
+    with place_held(ray_address, f"t-env-{uuid.uuid4().hex[:6]}") as run:
+        result = submit(as_submitted(submit_command(train, job, h200), ray_address, driver, tmp_path, run, extra=old))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Failed to merge the Job's runtime env" in result.stdout
     assert "init_ray attached" not in result.stdout

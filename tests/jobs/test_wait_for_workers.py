@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import json
+import io
 import subprocess
 import sys
 import time as _time
@@ -127,7 +127,7 @@ def test_asks_for_missing_workers_once_then_withdraws_when_ready():
     ready = wfw.wait(lambda: next(arrivals), 2, 8, 600, 10, said.append, time.clock, time.sleep, requests.append)
     assert ready is True
     assert requests == [[{"GPU": 8}, {"GPU": 8}], []]  # asked once, withdrawn at the end
-    assert "asked the Ray autoscaler for 2 workers of 8 GPUs" in said
+    assert "asked the Ray autoscaler for 2 workers of 8 GPUs (a placement group)" in said
     assert said[-1].startswith("withdrew this run's autoscaler request")
 
 
@@ -198,33 +198,47 @@ def test_no_request_while_the_head_does_not_answer():
 
 
 def test_the_childs_reason_is_what_a_failed_request_says(monkeypatch: pytest.MonkeyPatch):
-    """Each request runs in a child (this script's set-request mode); its reason, not Ray's later log lines, is what
-    the wait reports."""
-    bad = run_script(wfw.SET_REQUEST_FLAG, "ray://127.0.0.1:1", "not json")
+    """Each request runs in a child (this script's placement-group mode); its reason, not Ray's later log lines, is
+    what the wait reports."""
+    bad = run_script(wfw.HOLD_GROUP_FLAG, "ray://127.0.0.1:1", "not json")
     assert bad.returncode == 1
     assert bad.stderr.strip().splitlines()[-1].startswith(wfw.CHILD_FAILED + "JSONDecodeError: ")
 
     stderr = f"{wfw.CHILD_FAILED}ConnectionError: ray client connection timeout\nERROR dataclient.py:330 -- late log\n"
     ran: list[list[str]] = []
 
-    def child(command: list[str], **_: object) -> subprocess.CompletedProcess[str]:
-        ran.append(command)
-        return subprocess.CompletedProcess(command, 1, "", stderr)
+    class Child:
+        def __init__(self, command: list[str], **_: object) -> None:
+            ran.append(command)
+            self.stdin, self.stdout = io.StringIO(), io.StringIO("")  # it ends without saying it holds a group
 
-    monkeypatch.setattr(wfw.subprocess, "run", child)
+        def wait(self, _timeout: float | None = None) -> int:
+            return 1
+
+        def kill(self) -> None:
+            pass
+
+        def communicate(self) -> tuple[str, str]:
+            return "", stderr
+
+    monkeypatch.setattr(wfw.subprocess, "Popen", Child)
     with pytest.raises(wfw.RequestFailedError, match=r"^ConnectionError: ray client connection timeout$"):
         wfw.ray_client_request("ray://head:10001")([{"GPU": 8}])
-    assert ran[0][-3:] == [wfw.SET_REQUEST_FLAG, "ray://head:10001", '[{"GPU": 8}]']
+    assert ran[0][-3:] == [wfw.HOLD_GROUP_FLAG, "ray://head:10001", '[{"GPU": 8}]']
 
 
-def standing_request(gcs_address: str) -> object:
-    """The autoscaler's standing resource request, read from the head's GCS key-value store where the
-    autoscaler reads it (ray.autoscaler.sdk.request_resources writes it there)."""
-    from ray._raylet import GcsClient  # type: ignore[attr-defined]
-    from ray.autoscaler._private.constants import AUTOSCALER_RESOURCE_REQUEST_CHANNEL
+def standing_request(ray_address: str) -> object:
+    """The GPU bundles of the pending placement groups on the head (what the autoscaler scales up for), from Ray's
+    State API: the wait's request while it stands."""
+    from ray.util.state import list_placement_groups
 
-    raw = GcsClient(address=gcs_address).internal_kv_get(AUTOSCALER_RESOURCE_REQUEST_CHANNEL, None)
-    return None if raw is None else json.loads(raw)
+    groups = list_placement_groups(address=ray_address, filters=[("state", "=", "PENDING")], detail=True)
+    return [
+        dict(b.get("unit_resources") or {})
+        for g in groups
+        for b in (g.bundles or [])
+        if "GPU" in (b.get("unit_resources") or {})
+    ]
 
 
 TWO_WORKERS = [{"GPU": 8}, {"GPU": 8}]
@@ -248,7 +262,7 @@ def asking_for_two_workers(
         seen: object = None
         deadline = _time.monotonic() + 120
         while _time.monotonic() < deadline and seen != TWO_WORKERS:
-            seen = standing_request(ray_gcs_address)
+            seen = standing_request(ray_address)
             _time.sleep(0.5)
         yield waiting, seen
     finally:
@@ -270,7 +284,7 @@ def test_request_reaches_a_real_head_and_is_withdrawn(ray_address: str, ray_clie
     assert timed_out.returncode == wfw.EXIT_NOT_READY, out  # nobody brings GPUs here: the timeout path
     assert "asked the Ray autoscaler for 2 workers of 8 GPUs" in out, out
     assert "withdrew this run's autoscaler request" in out, out
-    assert standing_request(ray_gcs_address) == []
+    assert standing_request(ray_address) == []
 
     # Enough workers already (the head offers HEAD_GPUS): no request is made.
     ready = run_script("--address", ray_address, "--nodes", "1", "--gpus-per-node", str(HEAD_GPUS),
@@ -289,7 +303,7 @@ def test_sigterm_withdraws_the_request_on_a_real_head(ray_address: str, ray_clie
         out, _ = waiting.communicate(timeout=120)
     assert waiting.returncode == wfw.EXIT_SIGTERM, out
     assert "withdrew this run's autoscaler request" in out, out
-    assert standing_request(ray_gcs_address) == []
+    assert standing_request(ray_address) == []
 
 
 def test_a_train_attempts_wait_runs_as_a_ray_job(ray_address: str, ray_client_address: str, tmp_path: Path):
@@ -300,11 +314,11 @@ def test_a_train_attempts_wait_runs_as_a_ray_job(ray_address: str, ray_client_ad
         gpus_per_node=HEAD_GPUS,
         ray_autoscaling=True,
         ray_client_address=ray_client_address,
-        mount_path=str(tmp_path),  # the admission folder: no other run is admitted there
+        mount_path=str(tmp_path),
     )
     job = SimpleNamespace(wait_for_workers_minutes=1, run_name="train-wait")
     words = wait_for_workers(str(SCRIPT), 1, cast(Any, job), cast(Any, infra))
-    assert f"--admission-dir={tmp_path}/.run-admission" in words and "--run=train-wait" in words
+    assert "--with-admitted-runs" in words  # no place RUNNING on this head: only this run's node is waited for
     assert words[0] == "python" and f"--request-address={ray_client_address}" in words
     submission = f"train-wait-{uuid.uuid4().hex[:8]}"
     result = subprocess.run(

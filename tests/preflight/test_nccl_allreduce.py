@@ -3,8 +3,10 @@ over gloo (two local processes, and optionally two Ray actors)."""
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -323,6 +325,8 @@ def test_ray_placement_group_and_actors_over_gloo(ray_gcs_address: str, capsys: 
     ray.cloudpickle.register_pickle_by_value(na)  # the workers cannot import the module by name
     ray.init(address=ray_gcs_address, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
+        # The head is shared: other tests' placement groups (a worker wait's, say) may be there at the same time.
+        before = set(ray.util.placement_group_table())
         status = na.main(
             ["--backend", "gloo", "--nodes", "1", "--gpus-per-node", "2", *SMALL, "--min-busbw-gbps", "0",
              "--placement-timeout-s", "200", "--timeout-s", "120"]
@@ -332,9 +336,12 @@ def test_ray_placement_group_and_actors_over_gloo(ray_gcs_address: str, capsys: 
         assert "STRICT_SPREAD" in out and "rendezvous on rank 0 at" in out
         assert _table_sizes(out) == [MIB, 2 * MIB, 4 * MIB]
         assert "ranks [0, 1]" in out and "PASS" in out
-        assert ray.util.placement_group_table() and all(
-            pg["state"] == "REMOVED" for pg in ray.util.placement_group_table().values()
-        )
+        ours = [pg for pid, pg in ray.util.placement_group_table().items() if pid not in before]
+        placing = re.search(r"placing 1 bundle\(s\) of (\{.*?\}) with", out)
+        assert placing, out
+        placed = ast.literal_eval(placing.group(1))
+        ours = [pg for pg in ours if list(pg["bundles"].values()) == [placed]]
+        assert ours and all(pg["state"] == "REMOVED" for pg in ours), ours
     finally:
         ray.shutdown()
         ray.cloudpickle.unregister_pickle_by_value(na)
