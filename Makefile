@@ -49,10 +49,11 @@ typecheck: $(BIN)/.installed
 # The NeMo RL loader tests run tools/nemorl_config.py with $(NEMORL_VENV)'s Python.
 # Five workers on two cores: many tests wait on real Ray heads. --dist loadgroup as tests/conftest.py defines it: one
 # test module at a time (module fixtures stay whole), but the tests of the slow modules that need only the session Ray
-# head are spread one by one. The workers share that head: the controller starts it (tests/ray_head.py).
+# head are spread one by one. The workers share that head: the controller starts it (tests/ray_head.py). Each run
+# ends with its 20 slowest tests (docs/development.md keeps a measured list).
 UNIT_WORKERS ?= 5
 unit: $(BIN)/.installed $(NEMORL_VENV)/.installed $(RAY_V070_VENV)/.installed
-	$(BIN)/pytest -n $(UNIT_WORKERS) --dist loadgroup
+	$(BIN)/pytest -n $(UNIT_WORKERS) --dist loadgroup --durations=20
 
 # Renders every stack's plan into build/<stack>/ and fails on any checkov finding not in checkov-skips.yaml.
 checkov: $(BIN)/.installed $(CHECKOV_VENV)/.installed

@@ -55,6 +55,7 @@ SLOW_MODULES = (
     "tests/jobs/test_admission.py",
     "tests/preflight/test_nccl_allreduce.py",
     "tests/preflight/test_lustre_io.py",
+    "tests/test_interrupted_run.py",
     "tests/jobs/test_ray_submit.py",
     "tests/jobs/test_runtime_env_on_ray.py",
     "tests/jobs/test_extension.py",

@@ -82,8 +82,19 @@ def ephemeral_ports(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range"))
     return low, high
 
 
+# The spans a pytest started by a test (tests/test_interrupted_run.py) takes its ports from, as JSON {"head": [LOW,
+# HIGH], "worker": [LOW, HIGH]}: the NESTED share of the run that started it, which nothing else of that run draws.
+NESTED_PORTS_ENV = "NEMORL_TESTS_NESTED_PORTS"
+NESTED = "nested"
+
+
 def head_ports(ephemeral: tuple[int, int] | None = None) -> tuple[int, int]:
-    """The longest run of ports from HEAD_PORTS_FROM to 65535 outside the ephemeral range and Ray's own ranges."""
+    """The longest run of ports from HEAD_PORTS_FROM to 65535 outside the ephemeral range and Ray's own ranges (in a
+    nested run: the head span its parent run gave it)."""
+    nested = os.environ.get(NESTED_PORTS_ENV)
+    if nested and ephemeral is None:
+        low, high = json.loads(nested)["head"]
+        return low, high
     ephemeral = ephemeral or ephemeral_ports()
     taken = sorted([ephemeral, RAY_CLIENT_SERVER_PORTS, WORKER_PORTS])
     best, start = (0, -1), HEAD_PORTS_FROM
@@ -100,23 +111,36 @@ def head_ports(ephemeral: tuple[int, int] | None = None) -> tuple[int, int]:
     return best
 
 
+def _worker_ports() -> tuple[int, int]:
+    nested = os.environ.get(NESTED_PORTS_ENV)
+    if nested:
+        low, high = json.loads(nested)["worker"]
+        return low, high
+    return WORKER_PORTS
+
+
 def _share(span: tuple[int, int], worker_id: str | None, count: int | None) -> tuple[int, int]:
     """This pytest-xdist worker's share of `span` (PYTEST_XDIST_WORKER `gwN`; `count` workers, by default
     PYTEST_XDIST_WORKER_COUNT), or, for worker_id None in a run with workers, the share of the head the controller
-    starts for them all: no two shares overlap. Without xdist, the whole span."""
+    starts for them all, or, for NESTED, the share of a pytest a test starts: no two shares overlap. Without xdist,
+    the whole span but the nested share."""
     low, high = span
     if count is None:
         count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if count < 2:
-        return low, high
-    index = count if worker_id is None else int(worker_id.removeprefix("gw")) % count
-    size = (high - low + 1) // (count + 1)
+    shares = count + 2 if count >= 2 else 2
+    size = (high - low + 1) // shares
+    if worker_id == NESTED:
+        index = shares - 1
+    elif count < 2:
+        return low, low + (shares - 1) * size - 1
+    else:
+        index = count if worker_id is None else int(worker_id.removeprefix("gw")) % count
     return low + index * size, low + (index + 1) * size - 1
 
 
 def worker_port_range(worker_id: str | None, count: int | None = None) -> tuple[int, int]:
     """The share of WORKER_PORTS that this process's heads give their Ray workers."""
-    return _share(WORKER_PORTS, worker_id, count)
+    return _share(_worker_ports(), worker_id, count)
 
 
 def head_port_range(worker_id: str | None, count: int | None = None) -> tuple[int, int]:
@@ -409,11 +433,38 @@ class SharedHead:
 
 
 _SHARED: list[SharedHead] = []
+# Every head this process started and has not closed: what an interrupted run stops on its way out.
+_LIVE_HEADS: set[RayHead] = set()
+# How long the controller waits for its workers to stop their heads after passing a SIGTERM on.
+WORKERS_STOP_S = 60
+
+
+def _stop_heads_and_die(signum: int, _frame: object) -> None:
+    """SIGTERM or SIGHUP (`timeout`, a CI runner, a closed terminal): pytest would die without teardown, and Ray's
+    processes (started detached by `ray start`) would run on as orphans. Pass the signal on to this process's
+    children (on the xdist controller: its workers, which do the same), stop this process's own heads, wait for the
+    children, then die of the signal as before. Ctrl-C needs none of this: pytest tears down on KeyboardInterrupt."""
+    children = _proc_children().get(os.getpid(), [])
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+    for head in list(_LIVE_HEADS):
+        with contextlib.suppress(Exception):
+            _kill_all(_ray_processes(head.temp_dir, head.gcs_address))
+        shutil.rmtree(head.temp_dir, ignore_errors=True)
+    deadline = time.monotonic() + WORKERS_STOP_S
+    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+        time.sleep(0.1)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """On the controller of an xdist run: start the workers' shared head (they inherit the environment), on ports of
-    the controller's own share."""
+    """In every pytest process: stop its heads when it is terminated. On the controller of an xdist run: start the
+    workers' shared head (they inherit the environment), on ports of the controller's own share."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _stop_heads_and_die)
     workers = getattr(config.option, "numprocesses", None)  # an int by now (xdist resolves "auto" before this)
     if hasattr(config, "workerinput") or not isinstance(workers, int) or workers < 1 or config.option.collectonly:
         return
@@ -558,6 +609,7 @@ class RayHead:
         (two restarts in a row once missed it in a full run on two busy cores)."""
         first = not self.has_started
         attempts = START_ATTEMPTS
+        _LIVE_HEADS.add(self)  # from the first process on: an interrupted start is stopped too
         env = self._environment()
         for attempt in range(1, attempts + 1):
             if first:
@@ -595,4 +647,5 @@ class RayHead:
         try:
             self.stop()
         finally:
+            _LIVE_HEADS.discard(self)
             shutil.rmtree(self.temp_dir, ignore_errors=True)

@@ -19,6 +19,8 @@ import ray_head
 from ray_head import (
     HEAD_NICENESS,
     HEAD_START_NICENESS,
+    NESTED,
+    NESTED_PORTS_ENV,
     RAY_BIN,
     RAY_CLIENT_SERVER_PORTS,
     SHARED_HEAD_ENV,
@@ -57,9 +59,10 @@ def listeners() -> Iterator[list[socket.socket]]:
 @pytest.mark.parametrize("ranges_of", [worker_port_range, head_port_range], ids=["worker ports", "head ports"])
 def test_xdist_workers_get_disjoint_port_ranges(monkeypatch: pytest.MonkeyPatch, count: int, ranges_of):
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", str(count))
-    whole = ranges_of(None, 1)
+    whole = WORKER_PORTS if ranges_of is worker_port_range else head_ports()
     # The workers' own heads and the head the controller starts for them all (worker id None).
-    ranges = [ranges_of(f"gw{index}") for index in range(count)] + [ranges_of(None, count)]
+    # And the share of a pytest that a test starts (tests/test_interrupted_run.py).
+    ranges = [ranges_of(f"gw{index}") for index in range(count)] + [ranges_of(None, count), ranges_of(NESTED)]
     for low, high in ranges:
         assert whole[0] <= low < high <= whole[1]
         assert high - low >= 1000  # room for every worker, driver and head a test process starts
@@ -67,10 +70,20 @@ def test_xdist_workers_get_disjoint_port_ranges(monkeypatch: pytest.MonkeyPatch,
     assert len(ports) == len(set(ports))
 
 
-def test_without_xdist_a_head_has_the_whole_range(monkeypatch: pytest.MonkeyPatch):
+def test_without_xdist_a_head_has_the_whole_range_but_a_nested_runs_share(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
-    assert worker_port_range(None) == WORKER_PORTS
-    assert head_port_range(None) == head_ports()
+    for ranges_of, whole in ((worker_port_range, WORKER_PORTS), (head_port_range, head_ports())):
+        own, nested = ranges_of(None), ranges_of(NESTED)
+        assert own[0] == whole[0] and own[1] + 1 == nested[0] and nested[1] <= whole[1]
+        assert nested[1] - nested[0] >= 1000
+
+
+def test_a_nested_run_takes_its_ports_from_the_share_it_was_given(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(NESTED_PORTS_ENV, json.dumps({"head": [30000, 30899], "worker": [18000, 18899]}))
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    ranges = [head_port_range(f"gw{index}") for index in range(2)] + [head_port_range(None, 2)]
+    assert ranges == [(30000, 30224), (30225, 30449), (30450, 30674)]
+    assert worker_port_range("gw1") == (18225, 18449)
 
 
 @pytest.mark.parametrize(

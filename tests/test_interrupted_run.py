@@ -1,0 +1,56 @@
+"""An interrupted `make test` leaves no Ray head behind: SIGTERM (`timeout`, a CI runner) of the pytest controller,
+or Ctrl-C (SIGINT to the whole foreground process group), stops both the head the xdist controller shares and the
+heads its workers started (tests/ray_head.py _stop_heads_and_die; pytest's own teardown for Ctrl-C)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from interrupted_heads import READY_ENV
+from ray_head import NESTED, NESTED_PORTS_ENV, _alive, _ray_processes, head_port_range, wait_for, worker_port_range
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("interrupt", ["sigterm", "ctrl-c"])
+def test_an_interrupted_run_stops_every_head_it_started(tmp_path: Path, interrupt: str) -> None:
+    ready = tmp_path / "heads.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "NEMORL_TESTS_SHARED"))}
+    env[READY_ENV] = str(ready)
+    # Ports of this run's nested share: no head of this run, nor the other interruption of this module, takes them.
+    env[NESTED_PORTS_ENV] = json.dumps({"head": head_port_range(NESTED), "worker": worker_port_range(NESTED)})
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", "--timeout=0",
+         str(TESTS / "interrupted_heads.py")],
+        cwd=TESTS.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,  # its own process group, as `make test` in a terminal has
+    )  # fmt: skip
+    try:
+        wait_for(lambda: ready.exists() or run.poll() is not None, 300, "both heads of the interrupted run")
+        assert ready.exists(), run.communicate()[0]
+        heads = json.loads(ready.read_text())
+        pids = set().union(*(_ray_processes(head["temp_dir"], head["gcs"]) for head in heads))
+        assert len(heads) == 2 and pids
+        if interrupt == "sigterm":
+            run.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(run.pid, signal.SIGINT)
+        run.wait(timeout=120)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+            time.sleep(0.2)
+        left = sorted(pid for pid in pids if _alive(pid))
+        assert not left, f"{interrupt} left Ray processes running: {left}\n{run.stdout.read() if run.stdout else ''}"
+        assert all(not Path(head["temp_dir"]).exists() for head in heads)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
