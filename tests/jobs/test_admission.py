@@ -279,10 +279,13 @@ def test_a_head_restart_with_a_queued_run_runs_each_once(cluster: Cluster) -> No
     wait_for(lambda: cluster.state(second) == "PENDING", 60, "the second run's place")
     cluster.head.stop()
     cluster.head.start()
-    wait_for(lambda: "the head restarted" in first.output() + second.output(), 120, "a holder to see the restart")
-    wait_for(lambda: first.admitted() != second.admitted(), 120, "one run admitted on the new head")
-    wait_for(lambda: cluster.admitted_nodes() == 2, 60, "one place RUNNING on the new head")
-    winner, waiter = (first, second) if first.admitted() else (second, first)
-    assert cluster.state(waiter) == "PENDING"
+    # Both holders see it: until then a holder's ready file may be one of the old head's (the queued run can even be
+    # admitted there for a moment, while the head's processes are being killed).
+    wait_for(lambda: all("the head restarted" in holder.output() for holder in (first, second)), 120, "both to see it")
+    wait_for(lambda: cluster.admitted_nodes() == 2, 120, "one place RUNNING on the new head")
+    running = [place.run for place in cluster.places() if place.status == "RUNNING"]
+    winner, waiter = (first, second) if running == [first.run] else (second, first)
+    assert running == [winner.run] and cluster.state(waiter) == "PENDING"
+    wait_for(lambda: winner.admitted() and not waiter.admitted(), 60, "the holders to follow Ray's job table")
     assert winner.end() == 0
     wait_for(waiter.admitted, 60, "the other run's admission once the first ended")
