@@ -86,6 +86,16 @@ def test_a_nested_run_takes_its_ports_from_the_share_it_was_given(monkeypatch: p
     assert worker_port_range("gw1") == (18225, 18449)
 
 
+def test_only_a_nested_run_starts_its_heads_without_a_dashboard(monkeypatch: pytest.MonkeyPatch):
+    head = RayHead(RAY_BIN)
+    try:
+        assert "--include-dashboard=true" in head._command()
+        monkeypatch.setenv(NESTED_PORTS_ENV, json.dumps({"head": [30000, 30899], "worker": [18000, 18899]}))
+        assert "--include-dashboard=false" in head._command()
+    finally:
+        head.close()
+
+
 @pytest.mark.parametrize(
     ("ephemeral", "expected"),
     [
