@@ -19,7 +19,7 @@ from tools.offline import ProgramRun, load_stack_config, run_program
 from tools.plan import INFRA_EXAMPLE_STACKS
 
 # One real Ray head per session, on loopback, for the tests that need one (tests/ray_head.py).
-pytest_plugins = ["ray_head", "ray_v0_7_0"]
+pytest_plugins = ["ray_head", "ray_v0_7_0", "fake_ray_jobs"]
 
 ROOT = Path(__file__).resolve().parent.parent
 # Only the shipped example stacks: a user's own Pulumi.<stack>.yaml is theirs, never a test's.
@@ -42,6 +42,7 @@ SPREAD_MODULES = (
 # or so that they never run at once.
 RUN_WITH = {
     "tests/jobs/test_ray_token_auth.py": "tests/jobs/test_ray_2_55_1.py",
+    "tests/jobs/test_jobs_api_contract.py": "tests/jobs/test_ray_2_55_1.py",
 }
 # The modules that take longest (mostly waiting on real Ray heads; pytest --durations), longest first, handed out
 # before the rest so that no worker starts one of them near the end; every other module keeps its collection order

@@ -30,6 +30,9 @@ from workloads.ray_values import JOB_START_TIMEOUT_ENV, JOB_START_TIMEOUT_S, NOD
 
 RAY_BIN = Path(sys.executable).parent / "ray"
 HEAD_GPUS = 2
+# A resource each test head offers one unit of, which only the Jobs API contract tests queue on: the places
+# (PLACE_RESOURCE) and GPUs are other tests' to take.
+CONTRACT_RESOURCE = "jobs_api_contract"
 # Ray's workers and drivers bind ports from 10002-19999 unless told otherwise; `make unit` runs several pytest
 # workers, each with heads of its own besides the shared one, and two raylets handing out the same port at once make a
 # driver fail to bind.
@@ -582,7 +585,8 @@ class RayHead:
             env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.auth_token)
         # As the infra stack's head: the places of run admission (jobs/submitter/admission.py), one per GPU worker
         # the cluster may have (HEAD_GPUS here), and Ray's job start timeout for the queued ones.
-        env[NODE_RESOURCES_ENV] = json.dumps({PLACE_RESOURCE: HEAD_GPUS})
+        # And one unit of a resource only the Jobs API contract tests ask for (tests/jobs/test_jobs_api_contract.py).
+        env[NODE_RESOURCES_ENV] = json.dumps({PLACE_RESOURCE: HEAD_GPUS, CONTRACT_RESOURCE: 1})
         env[JOB_START_TIMEOUT_ENV] = str(JOB_START_TIMEOUT_S)
         return env
 

@@ -1,5 +1,6 @@
-"""Run admission by Ray's scheduler (jobs/submitter/admission.py, jobs/admission.py) on a real Ray head of its own,
-whose head offers HEAD_GPUS places (`gpu_node`) as the infra stack's head offers one per GPU worker.
+"""Run admission by Ray's scheduler (jobs/submitter/admission.py, jobs/admission.py) on a fake head of its own
+(tests/fake_ray_jobs.py, whose queueing on entrypoint resources tests/jobs/test_jobs_api_contract.py holds to the real
+heads), which offers HEAD_GPUS places (`gpu_node`) as the infra stack's head offers one per GPU worker.
 
 The faults that the lock files on Lustre had (two runs admitted where one fits, a live run losing its place to a
 paused holder, two holders of one run, a step submitted twice) are driven here with the same pause (SIGSTOP) at the
@@ -20,8 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from ray_head import HEAD_GPUS, RAY_BIN, RayHead, wait_for
+from fake_ray_jobs import DEFAULT_RESOURCES, FakeJobsApi
+from ray_head import HEAD_GPUS, RAY_BIN, wait_for
 from submitter.admission import ENDED, Place, latest, list_places, place_id, status_lines, why_queued
+
+from workloads.ray_values import PLACE_RESOURCE
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 ADMISSION = JOBS / "admission.py"
@@ -42,8 +46,8 @@ def test_the_queue_is_rays_order_and_says_whom_it_waits_behind() -> None:
 
 
 @pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
-    own = RayHead(RAY_BIN)
+def head() -> Iterator[FakeJobsApi]:
+    own = FakeJobsApi(resources={**DEFAULT_RESOURCES, PLACE_RESOURCE: float(HEAD_GPUS)})
     try:
         own.start()
         yield own
@@ -76,7 +80,7 @@ class Holder:
 
 
 class Cluster:
-    def __init__(self, head: RayHead, tmp: Path) -> None:
+    def __init__(self, head: FakeJobsApi, tmp: Path) -> None:
         self.head, self.tmp = head, tmp
         self.holders: list[Holder] = []
 
@@ -116,7 +120,7 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(head: RayHead, tmp_path: Path) -> Iterator[Cluster]:
+def cluster(head: FakeJobsApi, tmp_path: Path) -> Iterator[Cluster]:
     made = Cluster(head, tmp_path)
     yield made
     made.close()
@@ -245,7 +249,7 @@ def _jobs(address: str) -> list[dict[str, object]]:
 
 
 def test_an_attempt_begun_in_the_ledger_but_not_on_ray_is_submitted_under_the_same_id(
-    head: RayHead, tmp_path: Path
+    head: FakeJobsApi, tmp_path: Path
 ) -> None:
     """Fault 4: a submitter paused between the ledger's entry and its submission made a second submitter of the run
     count that attempt as lost and submit the next one: the step ran twice. An entry begun on the same head that Ray

@@ -1,4 +1,6 @@
-"""Tests for jobs/ray_submit.py against a real Ray head (one per session, on 127.0.0.1 only).
+"""Tests for jobs/ray_submit.py against the Jobs API: the fake of tests/fake_ray_jobs.py (its contract with the real
+heads is tests/jobs/test_jobs_api_contract.py) for the submitter's decisions, and a real Ray head (the session's, on
+127.0.0.1 only) for one whole step end to end.
 
 Most tests run the script as a subprocess, which is how the Kubernetes Job uses it. A few in-process tests load it
 by path to drive paths a real cluster cannot produce on demand (the submit race, an outage past the timeout).
@@ -39,10 +41,19 @@ rs = load_script("jobs/ray_submit.py", "ray_submit_under_test")
 
 
 @pytest.fixture(scope="session")
-def client(ray_address: str) -> Any:
+def client(jobs_address: str) -> Any:
     from ray.job_submission import JobSubmissionClient
 
-    return JobSubmissionClient(ray_address)
+    return JobSubmissionClient(jobs_address)
+
+
+@pytest.fixture(params=["fake", "real head"])
+def either_api(request: pytest.FixtureRequest) -> tuple[str, Any]:
+    """The fake's Jobs API or the real head's, with Ray's client for it."""
+    from ray.job_submission import JobSubmissionClient
+
+    address = request.getfixturevalue("jobs_address" if request.param == "fake" else "ray_address")
+    return address, JobSubmissionClient(address)
 
 
 def _new_id(label: str) -> str:
@@ -124,10 +135,11 @@ def _status(client: Any, sid: str) -> str | None:
 # Against the real head
 
 
-def test_succeeded_streams_logs_once_and_exits_0(ray_address: str, client: Any) -> None:
+def test_succeeded_streams_logs_once_and_exits_0(either_api: tuple[str, Any]) -> None:
+    jobs_address, client = either_api
     sid = _new_id("ok")
     # The job prints "answer-42"; the entrypoint text itself does not contain that string.
-    result = _run(_cmd(ray_address, sid, "sh", "-c", "echo answer-$((6*7)); echo second-$((1+1))"))
+    result = _run(_cmd(jobs_address, sid, "sh", "-c", "echo answer-$((6*7)); echo second-$((1+1))"))
     assert result.returncode == errors.EXIT_SUCCEEDED == 0, result.stdout + result.stderr
     assert result.stdout.count("answer-42") == 1, result.stdout
     assert result.stdout.count("second-2") == 1, result.stdout
@@ -137,9 +149,9 @@ def test_succeeded_streams_logs_once_and_exits_0(ray_address: str, client: Any) 
     assert len(_jobs_with_id(client, sid)) == 1
 
 
-def test_failed_job_exits_1(ray_address: str, client: Any) -> None:
+def test_failed_job_exits_1(jobs_address: str, client: Any) -> None:
     sid = _new_id("fail")
-    result = _run(_cmd(ray_address, sid, "sh", "-c", "echo broken-$((2+3)); exit 7"))
+    result = _run(_cmd(jobs_address, sid, "sh", "-c", "echo broken-$((2+3)); exit 7"))
     assert result.returncode == errors.EXIT_FAILED == 1, result.stdout + result.stderr
     # Streamed once; Ray's failure message (which repeats the last log lines) is not printed in full.
     assert result.stdout.count("broken-5") == 1, result.stdout
@@ -160,10 +172,10 @@ def _stopped_while_running(client: Any, sid: str, args: list[str]) -> tuple[int,
     return proc.returncode, out
 
 
-def test_stopped_job_exits_3(ray_address: str, client: Any) -> None:
+def test_stopped_job_exits_3(jobs_address: str, client: Any) -> None:
     sid = _new_id("stop")
     code, out = _stopped_while_running(
-        client, sid, _cmd(ray_address, sid, "sh", "-c", "echo started-$((3*3)); sleep 60")
+        client, sid, _cmd(jobs_address, sid, "sh", "-c", "echo started-$((3*3)); sleep 60")
     )
     assert code == errors.EXIT_STOPPED == 3, out
     assert _last_line(out) == f"ray_submit: job {sid} STOPPED"
@@ -171,20 +183,20 @@ def test_stopped_job_exits_3(ray_address: str, client: Any) -> None:
     assert str(client.get_job_status(sid)) == "STOPPED"
 
 
-def test_already_succeeded_id_is_not_run_again(ray_address: str, client: Any, tmp_path: Path) -> None:
+def test_already_succeeded_id_is_not_run_again(jobs_address: str, client: Any, tmp_path: Path) -> None:
     sid = _new_id("dup")
     marker = tmp_path / "runs.txt"
     entry = ("sh", "-c", f"echo ran >> {marker}")
-    first = _run(_cmd(ray_address, sid, *entry))
+    first = _run(_cmd(jobs_address, sid, *entry))
     assert first.returncode == 0, first.stdout + first.stderr
-    second = _run(_cmd(ray_address, sid, *entry))
+    second = _run(_cmd(jobs_address, sid, *entry))
     assert second.returncode == 0, second.stdout + second.stderr
     assert "already SUCCEEDED" in second.stdout
     assert "submitting job" not in second.stdout
     assert _last_line(second.stdout) == f"ray_submit: job {sid} SUCCEEDED"
     assert marker.read_text().splitlines() == ["ran"]
     # Same id, another command (a changed run under an old name): refused, nothing runs, nothing is reported as done.
-    third = _run(_cmd(ray_address, sid, "sh", "-c", f"echo other >> {marker}"))
+    third = _run(_cmd(jobs_address, sid, "sh", "-c", f"echo other >> {marker}"))
     assert third.returncode == errors.EXIT_USAGE == 2, third.stdout + third.stderr
     assert "already exists with a different command" in third.stdout
     assert "SUCCEEDED" not in _last_line(third.stdout)
@@ -192,11 +204,11 @@ def test_already_succeeded_id_is_not_run_again(ray_address: str, client: Any, tm
     assert len(_jobs_with_id(client, sid)) == 1
 
 
-def test_concurrent_submitters_share_one_job(ray_address: str, client: Any, tmp_path: Path) -> None:
+def test_concurrent_submitters_share_one_job(jobs_address: str, client: Any, tmp_path: Path) -> None:
     sid = _new_id("race")
     marker = tmp_path / "runs.txt"
     release = tmp_path / "release"
-    args = _cmd(ray_address, sid, "sh", "-c", f"echo ran >> {marker}; {_until(release)}; echo finished-$((4+4))")
+    args = _cmd(jobs_address, sid, "sh", "-c", f"echo ran >> {marker}; {_until(release)}; echo finished-$((4+4))")
     results = _run_attached([args, args], release)
     outs = [out for _, out in results]
     for code, out in results:
@@ -209,11 +221,11 @@ def test_concurrent_submitters_share_one_job(ray_address: str, client: Any, tmp_
     assert len(_jobs_with_id(client, sid)) == 1
 
 
-def test_restarted_submitter_reattaches_after_sigterm(ray_address: str, client: Any, tmp_path: Path) -> None:
+def test_restarted_submitter_reattaches_after_sigterm(jobs_address: str, client: Any, tmp_path: Path) -> None:
     sid = _new_id("pod")
     marker = tmp_path / "runs.txt"
     release = tmp_path / "release"
-    args = _cmd(ray_address, sid, "sh", "-c", f"echo ran >> {marker}; {_until(release)}; echo end-$((1+1))")
+    args = _cmd(jobs_address, sid, "sh", "-c", f"echo ran >> {marker}; {_until(release)}; echo end-$((1+1))")
     first = _start(args)
     try:
         wait_for(lambda: marker.exists() and _status(client, sid) == "RUNNING", 60, "the job to start")
@@ -234,14 +246,14 @@ def test_restarted_submitter_reattaches_after_sigterm(ray_address: str, client: 
     assert len(_jobs_with_id(client, sid)) == 1
 
 
-def test_runtime_env_secret_values_are_never_printed(ray_address: str, client: Any) -> None:
+def test_runtime_env_secret_values_are_never_printed(jobs_address: str, client: Any) -> None:
     sid = _new_id("env")
     secret = "sk-" + uuid.uuid4().hex
     other = "plain-" + uuid.uuid4().hex
     runtime_env = {"env_vars": {"MY_TOKEN": secret, "PLAIN_FLAG": other}}
     result = _run(
         _cmd(
-            ray_address,
+            jobs_address,
             sid,
             "sh",
             "-c",
@@ -538,12 +550,12 @@ def _statuses(client: Any, sid: str, attempts: int) -> list[str | None]:
     return [_status(client, attempts_module.attempt_id(sid, k)) for k in range(attempts)]
 
 
-def test_a_driver_that_fails_once_is_retried_as_r1(ray_address: str, client: Any, tmp_path: Path) -> None:
+def test_a_driver_that_fails_once_is_retried_as_r1(jobs_address: str, client: Any, tmp_path: Path) -> None:
     sid = _new_id("retry")
     marker = tmp_path / "runs.txt"
     # Fails on its first run, succeeds on the second: what a lost node looks like to the train step.
     script = f"echo run >> {marker}; if [ $(wc -l < {marker}) -lt 2 ]; then echo boom-$((2*3)); exit 5; fi; echo ok"
-    args = _cmd(ray_address, sid, "sh", "-c", script, extra=("--max-retries", "2"))
+    args = _cmd(jobs_address, sid, "sh", "-c", script, extra=("--max-retries", "2"))
     first = _run(args)
     assert first.returncode == 0, first.stdout + first.stderr
     assert _statuses(client, sid, 3) == ["FAILED", "SUCCEEDED", None]
@@ -563,14 +575,14 @@ def test_a_driver_that_fails_once_is_retried_as_r1(ray_address: str, client: Any
     assert len(_jobs_with_id(client, f"{sid}-r2")) == 0
 
     # Another command under the same ids is refused, whichever attempt it would meet.
-    other = _run(_cmd(ray_address, sid, "sh", "-c", "echo other", extra=("--max-retries", "2")))
+    other = _run(_cmd(jobs_address, sid, "sh", "-c", "echo other", extra=("--max-retries", "2")))
     assert other.returncode == errors.EXIT_USAGE, other.stdout + other.stderr
     assert "already exists with a different command" in other.stdout
 
 
-def test_retries_are_bounded(ray_address: str, client: Any) -> None:
+def test_retries_are_bounded(jobs_address: str, client: Any) -> None:
     sid = _new_id("bound")
-    args = _cmd(ray_address, sid, "sh", "-c", "exit 9", extra=("--max-retries", "1"))
+    args = _cmd(jobs_address, sid, "sh", "-c", "exit 9", extra=("--max-retries", "1"))
     result = _run(args)
     assert result.returncode == errors.EXIT_FAILED, result.stdout + result.stderr
     assert _statuses(client, sid, 3) == ["FAILED", "FAILED", None]  # N + 1 attempts, no more
@@ -583,9 +595,9 @@ def test_retries_are_bounded(ray_address: str, client: Any) -> None:
     assert _status(client, f"{sid}-r2") is None
 
 
-def test_a_stopped_attempt_is_never_retried(ray_address: str, client: Any) -> None:
+def test_a_stopped_attempt_is_never_retried(jobs_address: str, client: Any) -> None:
     sid = _new_id("nostop")
-    args = _cmd(ray_address, sid, "sh", "-c", "sleep 60", extra=("--max-retries", "3"))
+    args = _cmd(jobs_address, sid, "sh", "-c", "sleep 60", extra=("--max-retries", "3"))
     code, out = _stopped_while_running(client, sid, args)
     assert code == errors.EXIT_STOPPED, out
     assert _last_line(out) == f"ray_submit: job {sid} STOPPED"
@@ -595,7 +607,7 @@ def test_a_stopped_attempt_is_never_retried(ray_address: str, client: Any) -> No
     assert _status(client, f"{sid}-r1") is None
 
 
-def test_a_submitter_killed_between_attempts_continues(ray_address: str, client: Any, tmp_path: Path) -> None:
+def test_a_submitter_killed_between_attempts_continues(jobs_address: str, client: Any, tmp_path: Path) -> None:
     sid = _new_id("between")
     marker = tmp_path / "runs.txt"
     release = tmp_path / "release"
@@ -605,7 +617,7 @@ def test_a_submitter_killed_between_attempts_continues(ray_address: str, client:
     # Attempt 0 ran and failed, and its submitter pod died before it could submit the retry.
     client.submit_job(entrypoint=shlex.join(words), submission_id=sid)
     wait_for(lambda: _status(client, sid) == "FAILED", 60, "attempt 0 to fail")
-    args = _cmd(ray_address, sid, *words, extra=("--max-retries", "1"))
+    args = _cmd(jobs_address, sid, *words, extra=("--max-retries", "1"))
     first = _start(args)
     try:  # the new pod submits attempt 1 ... and is itself killed while it runs
         wait_for(lambda: _status(client, f"{sid}-r1") == "RUNNING", 60, "attempt 1 to run")
@@ -708,11 +720,11 @@ def _k8s_flags(kube_api: Any) -> tuple[str, ...]:
 
 @pytest.mark.parametrize("destroyed", [True, False])
 def test_sigterm_stops_the_ray_job_only_when_the_run_is_deleted(
-    ray_address: str, client: Any, kube_api: Any, destroyed: bool
+    jobs_address: str, client: Any, kube_api: Any, destroyed: bool
 ) -> None:
     sid = _new_id("del" if destroyed else "evict")
     _FakeKubeApi.objects = {JOB_PATH: None, MARKER_PATH: None} if destroyed else {JOB_PATH: LIVE, MARKER_PATH: LIVE}
-    proc = _start(_cmd(ray_address, sid, "sh", "-c", "sleep 120", extra=_k8s_flags(kube_api)))
+    proc = _start(_cmd(jobs_address, sid, "sh", "-c", "sleep 120", extra=_k8s_flags(kube_api)))
     try:
         wait_for(lambda: _status(client, sid) == "RUNNING", 60, "the job to run")
         started = time.monotonic()
@@ -734,8 +746,8 @@ def test_sigterm_stops_the_ray_job_only_when_the_run_is_deleted(
 
 
 @pytest.fixture
-def proxy(ray_address: str) -> Iterator[ApiProxy]:
-    fronted = ApiProxy(ray_address)
+def proxy(jobs_address: str) -> Iterator[ApiProxy]:
+    fronted = ApiProxy(jobs_address)
     try:
         yield fronted
     finally:
@@ -765,7 +777,7 @@ def _sigterm_while(proxy: ApiProxy, mode: str, client: Any, kube_api: Any, stop_
 
 
 def test_sigterm_during_an_api_outage_still_stops_the_job(
-    ray_address: str, client: Any, kube_api: Any, proxy: ApiProxy
+    jobs_address: str, client: Any, kube_api: Any, proxy: ApiProxy
 ) -> None:
     from launcher.job import GRACE_SECONDS
 
@@ -777,7 +789,7 @@ def test_sigterm_during_an_api_outage_still_stops_the_job(
 
 
 def test_an_api_that_never_answers_is_given_up_within_the_stop_timeout(
-    ray_address: str, client: Any, kube_api: Any, proxy: ApiProxy
+    jobs_address: str, client: Any, kube_api: Any, proxy: ApiProxy
 ) -> None:
     sid, out, took = _sigterm_while(proxy, SILENT, client, kube_api, "8")
     try:
@@ -790,7 +802,7 @@ def test_an_api_that_never_answers_is_given_up_within_the_stop_timeout(
         client.stop_job(sid)
 
 
-def test_the_printed_stop_command_stops_the_newest_attempt(ray_address: str, client: Any) -> None:
+def test_the_printed_stop_command_stops_the_newest_attempt(jobs_address: str, client: Any) -> None:
     """The job stack's rayJobCommands, run as printed (address aside) with the real `ray` CLI: after a retry the
     running attempt is ID-r1, and that is the one stopped; ID itself is never looked for again."""
     from launcher.pipeline import Step, ray_job_command
@@ -800,7 +812,7 @@ def test_the_printed_stop_command_stops_the_newest_attempt(ray_address: str, cli
     wait_for(lambda: _status(client, sid) == "FAILED", 60, "attempt 0 to fail")
     client.submit_job(entrypoint="sleep 120", submission_id=f"{sid}-r1")
     wait_for(lambda: _status(client, f"{sid}-r1") == "RUNNING", 60, "attempt 1 to run")
-    stop = ray_job_command(Step("train", sid, ["true"], max_retries=2), "stop", address=ray_address)
+    stop = ray_job_command(Step("train", sid, ["true"], max_retries=2), "stop", address=jobs_address)
     env = {**_env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # this Ray's CLI
     done = subprocess.run(["bash", "-c", stop], capture_output=True, text=True, timeout=120, env=env, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
