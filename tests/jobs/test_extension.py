@@ -1,6 +1,7 @@
 """Extending a run (ray_submit.py --extendable, submitter/extension.py): a larger grpo.max_num_steps continues a
 finished or stopped run as new attempts, after any old attempt has ended; any other change is still refused, with
-what changed. The launcher passes the flag for the train step only."""
+what changed. The launcher passes the flag for the train step only. Against the session's fake Jobs API
+(tests/fake_ray_jobs.py, held to the real heads by tests/jobs/test_jobs_api_contract.py)."""
 
 from __future__ import annotations
 
@@ -81,13 +82,15 @@ def _status(address: str, sid: str) -> str | None:
         return None
 
 
-def test_a_finished_run_goes_on_with_more_steps_and_other_changes_are_refused(ray_address: str, tmp_path: Path) -> None:
+def test_a_finished_run_goes_on_with_more_steps_and_other_changes_are_refused(
+    jobs_address: str, tmp_path: Path
+) -> None:
     sid = f"t-ext-{uuid.uuid4().hex[:8]}"
     record = tmp_path / "run" / "step-outcomes" / "train.json"
     marker = tmp_path / "runs.txt"
-    assert _run(_args(ray_address, sid, record, marker, 2)).returncode == errors.EXIT_SUCCEEDED
+    assert _run(_args(jobs_address, sid, record, marker, 2)).returncode == errors.EXIT_SUCCEEDED
 
-    more = _run(_args(ray_address, sid, record, marker, 4))
+    more = _run(_args(jobs_address, sid, record, marker, 4))
     assert more.returncode == errors.EXIT_SUCCEEDED, more.stdout
     assert f"{sid} ran with {KEY}=2; extending the run to 4: its next attempts are {sid}-steps4" in more.stdout
     assert more.stdout.splitlines()[-1] == f"ray_submit: job {sid}-steps4 SUCCEEDED"
@@ -99,41 +102,41 @@ def test_a_finished_run_goes_on_with_more_steps_and_other_changes_are_refused(ra
     ledger = json.loads((record.parent / "train.steps4.attempts.json").read_text())
     assert [(a["job"], a["outcome"]) for a in ledger["attempts"]] == [(f"{sid}-steps4", "SUCCEEDED")]
 
-    again = _run(_args(ray_address, sid, record, marker, 4))  # a new pod of the extended run
+    again = _run(_args(jobs_address, sid, record, marker, 4))  # a new pod of the extended run
     assert again.returncode == errors.EXIT_SUCCEEDED and "nothing was run again" in again.stdout
     assert marker.read_text().split() == ["2", "4"]
 
-    fewer = _run(_args(ray_address, sid, record, marker, 3))
+    fewer = _run(_args(jobs_address, sid, record, marker, 3))
     assert fewer.returncode == errors.EXIT_USAGE, fewer.stdout
     assert f"Changed: {KEY}=4 -> {KEY}=3. Only a larger {KEY} extends a run." in fewer.stdout
-    other = _run(_args(ray_address, sid, record, marker, 8, extra="other-data"))
+    other = _run(_args(jobs_address, sid, record, marker, 8, extra="other-data"))
     assert other.returncode == errors.EXIT_USAGE, other.stdout
     assert "-> other-data" in other.stdout and "rerun" in other.stdout
     assert marker.read_text().split() == ["2", "4"]
 
 
-def test_a_stopped_run_is_extended_from_rays_table(ray_address: str, tmp_path: Path) -> None:
+def test_a_stopped_run_is_extended_from_rays_table(jobs_address: str, tmp_path: Path) -> None:
     from ray.job_submission import JobSubmissionClient
 
     sid = f"t-ext-stop-{uuid.uuid4().hex[:8]}"
     record = tmp_path / "run" / "step-outcomes" / "train.json"
     marker = tmp_path / "runs.txt"
     Path(f"{marker}.hold").touch()
-    first = subprocess.Popen(_args(ray_address, sid, record, marker, 2), stdout=subprocess.PIPE, text=True, env=_env())
+    first = subprocess.Popen(_args(jobs_address, sid, record, marker, 2), stdout=subprocess.PIPE, text=True, env=_env())
     try:
-        wait_for(lambda: marker.exists() and _status(ray_address, sid) == "RUNNING", 90, f"{sid} to run")
-        JobSubmissionClient(ray_address).stop_job(sid)
+        wait_for(lambda: marker.exists() and _status(jobs_address, sid) == "RUNNING", 90, f"{sid} to run")
+        JobSubmissionClient(jobs_address).stop_job(sid)
         assert first.wait(timeout=120) == errors.EXIT_STOPPED
     finally:
         first.kill()
     Path(f"{marker}.hold").unlink()
-    more = _run(_args(ray_address, sid, record, marker, 4))
+    more = _run(_args(jobs_address, sid, record, marker, 4))
     assert more.returncode == errors.EXIT_SUCCEEDED, more.stdout
     assert more.stdout.splitlines()[-1] == f"ray_submit: job {sid}-steps4 SUCCEEDED"
     assert marker.read_text().split() == ["2", "4"]
 
 
-def test_the_extension_waits_for_an_old_attempt_that_still_trains(ray_address: str, tmp_path: Path) -> None:
+def test_the_extension_waits_for_an_old_attempt_that_still_trains(jobs_address: str, tmp_path: Path) -> None:
     """The Job replaced while training (its pod killed, the Ray job running on): the new pod, asked for more steps,
     starts no attempt until the old one has ended, so two never write one checkpoint dir."""
     sid = f"t-ext-live-{uuid.uuid4().hex[:8]}"
@@ -141,14 +144,14 @@ def test_the_extension_waits_for_an_old_attempt_that_still_trains(ray_address: s
     marker = tmp_path / "runs.txt"
     hold = Path(f"{marker}.hold")
     hold.touch()
-    old = subprocess.Popen(_args(ray_address, sid, record, marker, 2), stdout=subprocess.DEVNULL, env=_env())
+    old = subprocess.Popen(_args(jobs_address, sid, record, marker, 2), stdout=subprocess.DEVNULL, env=_env())
     try:
-        wait_for(lambda: marker.exists() and _status(ray_address, sid) == "RUNNING", 90, f"{sid} to run")
+        wait_for(lambda: marker.exists() and _status(jobs_address, sid) == "RUNNING", 90, f"{sid} to run")
     finally:
         old.send_signal(signal.SIGKILL)
         old.wait()
     new = subprocess.Popen(
-        _args(ray_address, sid, record, marker, 4), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        _args(jobs_address, sid, record, marker, 4), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=_env(),
     )  # fmt: skip
     waiting = f"{sid} still runs with the old command; the extension starts when it ends"
@@ -164,8 +167,8 @@ def test_the_extension_waits_for_an_old_attempt_that_still_trains(ray_address: s
         # The old attempt is let finish only once the new submitter (however long it took to start on loaded cores)
         # has taken the dead one's lock over, looked, and said it waits.
         wait_for(lambda: any(waiting in line for line in lines) or new.poll() is not None, 240, "the wait to be said")
-        assert _status(ray_address, sid) == "RUNNING" and marker.read_text().split() == ["2"], "".join(lines)
-        assert _status(ray_address, f"{sid}-steps4") is None
+        assert _status(jobs_address, sid) == "RUNNING" and marker.read_text().split() == ["2"], "".join(lines)
+        assert _status(jobs_address, f"{sid}-steps4") is None
         hold.unlink()  # the old attempt finishes
         new.wait(timeout=240)
         reader.join(timeout=10)

@@ -1,8 +1,10 @@
 """Fault injection: the Ray head restarts under jobs/ray_submit.py, and the step outcome records on "Lustre".
 
 A head restarted without GCS fault tolerance (a head pod recreated) answers at the same address with a new session
-and an empty job table. The module's own head (tests/ray_head.py RayHead) is stopped mid-step and started again on
-the same ports, which is exactly that; the session head (ray_address) serves the cases where the head stays up.
+and an empty job table. The module's own real head (tests/ray_head.py RayHead) is stopped mid-step and started again
+on the same ports once, under three steps in flight (one_restart); the other scenarios restart a fake head
+(tests/fake_ray_jobs.py), which forgets its jobs and its session the same way, and the session's fake Jobs API
+(jobs_address) serves the cases where the head stays up.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_ray_jobs import FakeJobsApi
 from ray_head import RAY_BIN, RayHead, closed_port, wait_for
 from script_loader import load_script
 from submitter import errors, ray_api
@@ -39,6 +42,16 @@ rs = load_script("jobs/ray_submit.py", "ray_submit_under_test")
 @pytest.fixture(scope="module")
 def restartable_head() -> Iterator[RayHead]:
     head = RayHead(RAY_BIN)
+    try:
+        head.start()
+        yield head
+    finally:
+        head.close()
+
+
+@pytest.fixture(scope="module")
+def fake_head() -> Iterator[FakeJobsApi]:
+    head = FakeJobsApi()
     try:
         head.start()
         yield head
@@ -203,12 +216,12 @@ def test_a_train_step_with_retries_survives_the_restart_as_its_next_attempt(one_
 
 
 def test_killed_submitters_and_head_restarts_never_reset_the_retry_budget(
-    restartable_head: RayHead, tmp_path: Path
+    fake_head: FakeJobsApi, tmp_path: Path
 ) -> None:
     """Each submitter pod is killed (SIGKILL: lost with its node) while its attempt runs, and the head restarts before
     the next pod comes: the attempt ledger on "Lustre" carries the count across both, so the run starts
     maxRestarts + 1 attempts in all, and the third pod starts none."""
-    head = restartable_head
+    head = fake_head
     sid = f"t-budget-{uuid.uuid4().hex[:8]}"
     record = tmp_path / "run" / "step-outcomes" / "train.json"
     args = _args(head.address, sid, ["sh", "-c", "sleep 300"], "--max-retries=1", "--max-resubmits=0",
@@ -240,12 +253,12 @@ def test_killed_submitters_and_head_restarts_never_reset_the_retry_budget(
 
 
 def test_a_head_down_past_the_connect_timeout_ends_the_pod_and_the_next_goes_on_from_the_ledger(
-    restartable_head: RayHead, tmp_path: Path
+    fake_head: FakeJobsApi, tmp_path: Path
 ) -> None:
     """The head stays down longer than --connect-timeout (a head pod that takes longer than that to come back): the
     submitter exits 4, so the Job starts another pod, and leaves its attempt open in the ledger. The next pod, on the
     restarted head, logs the restart, counts the attempt as lost and goes on with the next one, within the budget."""
-    head = restartable_head
+    head = fake_head
     sid = f"t-down-{uuid.uuid4().hex[:8]}"
     record = tmp_path / "run" / "step-outcomes" / "train.json"
     ledger_file = record.parent / "train.attempts.json"
@@ -281,18 +294,20 @@ def test_a_head_down_past_the_connect_timeout_ends_the_pod_and_the_next_goes_on_
     assert [a["job"] for a in json.loads(record.read_text())["attempts"]] == [sid, f"{sid}-r1"]
 
 
-def test_two_submitters_of_one_run_never_run_train_at_once(restartable_head: RayHead, tmp_path: Path) -> None:
+def test_two_submitters_of_one_run_never_run_train_at_once(fake_head: FakeJobsApi, tmp_path: Path) -> None:
     """A submitter is paused (SIGSTOP: a partitioned or frozen pod) while its attempt runs; the head restarts and a
     second submitter comes (the Job controller starts none while the first pod lives; a Job made twice by hand
     could). The second goes on from the ledger and submits the next attempt; the first, resumed, computes the same
     attempt id, finds it on Ray and follows it: Ray's submission ids, not a lock, keep it one. At no moment do two
     attempts of the step run."""
-    head = restartable_head
+    head = fake_head
     sid = f"t-two-{uuid.uuid4().hex[:8]}"
     record = tmp_path / "run" / "step-outcomes" / "train.json"
     marker = tmp_path / "runs.txt"
-    args = _args(head.address, sid, _first_run_hangs(marker, "trained-$((6*7))"), "--max-retries=2",
-                 "--max-resubmits=0", f"--record={record}")  # fmt: skip
+    # The next attempt runs until released, once the first submitter follows it (the first run hangs as before).
+    release = tmp_path / "release"
+    words = _first_run_hangs(marker, f"trained-$((6*7)); until [ -e {release} ]; do sleep 0.2; done")
+    args = _args(head.address, sid, words, "--max-retries=2", "--max-resubmits=0", f"--record={record}")
     attempts = [sid, f"{sid}-r1", f"{sid}-r2", f"{sid}-r3"]
     most_running = [0]
     watching = threading.Event()
@@ -315,9 +330,18 @@ def test_two_submitters_of_one_run_never_run_train_at_once(restartable_head: Ray
         second = _start(args)
         wait_for(lambda: _status(head.address, f"{sid}-r1") is not None, 120, f"{sid}-r1 to be submitted")
         first.send_signal(signal.SIGCONT)
-        first_out, _ = first.communicate(timeout=60)
+        first_lines: list[str] = []
+        reader = threading.Thread(target=lambda: first_lines.extend(first.stdout or []), daemon=True)
+        reader.start()
+        wait_for(lambda: any("streaming the logs" in line for line in first_lines[1:]) or first.poll() is not None,
+                 120, "the first submitter to follow the next attempt")  # fmt: skip
+        release.touch()
+        first.wait(timeout=60)
+        reader.join(timeout=10)
+        first_out = "".join(first_lines)
         second_out, _ = second.communicate(timeout=180)
     finally:
+        release.touch()
         watching.set()
         first.kill()
         if second is not None:
@@ -332,24 +356,24 @@ def test_two_submitters_of_one_run_never_run_train_at_once(restartable_head: Ray
     assert marker.read_text().splitlines() == ["run", "run"]
 
 
-def test_the_resume_recipe_works_with_the_ledger(ray_address: str, tmp_path: Path) -> None:
+def test_the_resume_recipe_works_with_the_ledger(jobs_address: str, tmp_path: Path) -> None:
     """A stopped attempt resumed by hand with `ray job delete <id>` and a new submitter pod (the docs' way is a rerun,
     tests/jobs/test_rerun.py): the attempt ledger knows the attempt ended STOPPED on this very head, so the deletion
     was a person's, and the id runs again."""
     sid = f"t-resume-{uuid.uuid4().hex[:8]}"
     record = tmp_path / "run" / "step-outcomes" / "train.json"
     marker = tmp_path / "runs.txt"
-    args = _args(ray_address, sid, _first_run_hangs(marker, "resumed-$((7*7))"), "--max-retries=1",
+    args = _args(jobs_address, sid, _first_run_hangs(marker, "resumed-$((7*7))"), "--max-retries=1",
                  f"--record={record}")  # fmt: skip
     first = _start(args)
     try:
-        wait_for(lambda: marker.exists() and _status(ray_address, sid) == "RUNNING", 90, f"{sid} to run")
-        _client(ray_address).stop_job(sid)
+        wait_for(lambda: marker.exists() and _status(jobs_address, sid) == "RUNNING", 90, f"{sid} to run")
+        _client(jobs_address).stop_job(sid)
         first_out, _ = first.communicate(timeout=120)
     finally:
         first.kill()
     assert first.returncode == errors.EXIT_STOPPED, first_out
-    wait_for(lambda: bool(_client(ray_address).delete_job(sid)), 30, f"{sid} to be deleted")
+    wait_for(lambda: bool(_client(jobs_address).delete_job(sid)), 30, f"{sid} to be deleted")
     again = _run(args)
     assert again.returncode == errors.EXIT_SUCCEEDED, again.stdout
     assert f"{sid} ended STOPPED and was deleted from the Ray head's table since; submitting it again" in again.stdout
@@ -404,20 +428,20 @@ def test_after_the_restart_a_new_submitter_skips_the_recorded_step(one_restart: 
     assert _status(head.address, sid) is None
 
 
-def test_a_record_deleted_while_the_head_stays_up_ends_the_run(ray_address: str, tmp_path: Path) -> None:
+def test_a_record_deleted_while_the_head_stays_up_ends_the_run(jobs_address: str, tmp_path: Path) -> None:
     """`ray job delete` only takes finished jobs: the submitter is paused while its job finishes and is deleted,
     as a submitter between two polls would be."""
     sid = f"t-deleted-{uuid.uuid4().hex[:8]}"
     go = tmp_path / "go"
     words = ["sh", "-c", f"echo started; while [ ! -e {go} ]; do sleep 0.2; done; echo finished"]
-    proc = _start(_args(ray_address, sid, words, "--max-retries=2", f"--record={tmp_path / 'r.json'}"))
+    proc = _start(_args(jobs_address, sid, words, "--max-retries=2", f"--record={tmp_path / 'r.json'}"))
     try:
-        wait_for(lambda: _status(ray_address, sid) == "RUNNING", 60, "the job to run")
-        session = _session(ray_address)
+        wait_for(lambda: _status(jobs_address, sid) == "RUNNING", 60, "the job to run")
+        session = _session(jobs_address)
         proc.send_signal(signal.SIGSTOP)
         go.touch()
-        wait_for(lambda: _status(ray_address, sid) == "SUCCEEDED", 60, "the job to finish")
-        assert _client(ray_address).delete_job(sid) is True
+        wait_for(lambda: _status(jobs_address, sid) == "SUCCEEDED", 60, "the job to finish")
+        assert _client(jobs_address).delete_job(sid) is True
         proc.send_signal(signal.SIGCONT)
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -429,19 +453,19 @@ def test_a_record_deleted_while_the_head_stays_up_ends_the_run(ray_address: str,
         _last_line(out)
         == f"ray_submit: job {sid} FAILED (vanished: its record was deleted while the Ray head stayed up)"
     )
-    assert "retrying" not in out and _status(ray_address, f"{sid}-r1") is None
+    assert "retrying" not in out and _status(jobs_address, f"{sid}-r1") is None
     assert not (tmp_path / "r.json").exists()
 
 
-def test_a_new_submitter_finds_an_attempt_past_a_gap(ray_address: str, tmp_path: Path) -> None:
+def test_a_new_submitter_finds_an_attempt_past_a_gap(jobs_address: str, tmp_path: Path) -> None:
     """After a head restart the new head may know ID-r1 and not ID: a new submitter attaches to ID-r1 instead of
     submitting ID beside it."""
     sid = f"t-gap-{uuid.uuid4().hex[:8]}"
     # The job runs until the submitter has attached (however long a loaded machine takes to start it).
     attached = tmp_path / "attached"
     words = ["sh", "-c", f"until [ -e {attached} ]; do sleep 0.2; done; echo gap-$((3*3))"]
-    _client(ray_address).submit_job(entrypoint=shlex.join(words), submission_id=f"{sid}-r1")
-    submitter = _start(_args(ray_address, sid, words, "--max-retries=2"))
+    _client(jobs_address).submit_job(entrypoint=shlex.join(words), submission_id=f"{sid}-r1")
+    submitter = _start(_args(jobs_address, sid, words, "--max-retries=2"))
     assert submitter.stdout is not None
     seen = []
     for line in submitter.stdout:
@@ -456,27 +480,29 @@ def test_a_new_submitter_finds_an_attempt_past_a_gap(ray_address: str, tmp_path:
     assert "submitting job" not in out
     # Whole lines: the id itself (t-gap-<hex>) contains "gap-9" whenever its hex starts with a 9.
     assert out.splitlines().count("gap-9") == 1, out
-    assert _status(ray_address, sid) is None
+    assert _status(jobs_address, sid) is None
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Outcome records without Ray
 
 
-def test_an_unwritable_record_dir_stops_the_step_before_anything_is_submitted(ray_address: str, tmp_path: Path) -> None:
+def test_an_unwritable_record_dir_stops_the_step_before_anything_is_submitted(
+    jobs_address: str, tmp_path: Path
+) -> None:
     """Records are required: a step whose record cannot be written is not run (here the record's directory cannot
     be created: its parent is a file; the tests run as root, for whom a directory's mode is no limit)."""
     blocker = tmp_path / "run"
     blocker.write_text("a file where the run's directory should be")
     outcomes = blocker / "step-outcomes"
     sid = f"r-unwritable-{uuid.uuid4().hex[:8]}"
-    result = _run(_args(ray_address, sid, ["true"], f"--record={outcomes}/prep.json"), timeout=60)
+    result = _run(_args(jobs_address, sid, ["true"], f"--record={outcomes}/prep.json"), timeout=60)
     assert result.returncode == errors.EXIT_USAGE, result.stdout + result.stderr
     assert f"cannot write the step records in {outcomes} (" in result.stdout
     assert "Make the directory writable by the submitter pod" in result.stdout
     assert _last_line(result.stdout) == f"ray_submit: job {sid}: not run (its step record cannot be written)"
     assert "connecting to the Ray Jobs API" not in result.stdout
-    assert _status(ray_address, sid) is None
+    assert _status(jobs_address, sid) is None
 
 
 def test_the_record_check_leaves_nothing_behind(tmp_path: Path) -> None:

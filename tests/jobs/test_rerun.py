@@ -2,7 +2,8 @@
 record, once, and the docs' recipe (`pulumi config set --path 'rerun["STEP"]' N && pulumi up`) does it.
 
 The settings and the pipeline are pure; the recipe is also run for real: the submitter command the launcher builds
-for a step, pointed at the session's Ray head with a stand-in entrypoint, before and after the rerun."""
+for a step, pointed at the session's fake Jobs API (tests/fake_ray_jobs.py) with a stand-in entrypoint, before and
+after the rerun."""
 
 from __future__ import annotations
 
@@ -186,7 +187,7 @@ def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_docs_rerun_recipe_runs_a_finished_step_again_once(
-    ray_address: str, infra_outputs_h200: dict[str, Any], tmp_path: Path
+    jobs_address: str, infra_outputs_h200: dict[str, Any], tmp_path: Path
 ) -> None:
     lines = OPERATIONS.read_text().splitlines()
     recipe = next(line.strip() for line in lines if line.strip().startswith("pulumi config set --path 'rerun["))
@@ -199,9 +200,9 @@ def test_the_docs_rerun_recipe_runs_a_finished_step_again_once(
 
     def submit(job: Any) -> subprocess.CompletedProcess[str]:
         step = by_name(pipeline_steps(job, infra))["eval-final"]
-        return _run(_submitter(submit_command(step, job, infra), ray_address, work))
+        return _run(_submitter(submit_command(step, job, infra), jobs_address, work))
 
-    with place_held(ray_address, run_name):  # as the pipeline holds the run's place around its steps
+    with place_held(jobs_address, run_name):  # as the pipeline holds the run's place around its steps
         first_job = job_with(infra, runName=run_name, stopOnDelete=False)
         first = submit(first_job)
         assert first.returncode == errors.EXIT_SUCCEEDED, first.stdout
@@ -220,11 +221,11 @@ def test_the_docs_rerun_recipe_runs_a_finished_step_again_once(
         assert once_more.returncode == errors.EXIT_SUCCEEDED and marker.read_text().splitlines() == ["run", "run"]
 
 
-def test_a_changed_step_is_refused_with_the_rerun_command(ray_address: str, tmp_path: Path) -> None:
+def test_a_changed_step_is_refused_with_the_rerun_command(jobs_address: str, tmp_path: Path) -> None:
     """The way out the submitter prints for a changed command under a used id is the rerun, with the next number."""
     sid = f"t-changed-{uuid.uuid4().hex[:6]}"
     record = tmp_path / "run" / "step-outcomes" / "convert-hf.rerun1.json"
-    base = [sys.executable, str(JOBS / "ray_submit.py"), f"--address={ray_address}", f"--submission-id={sid}",
+    base = [sys.executable, str(JOBS / "ray_submit.py"), f"--address={jobs_address}", f"--submission-id={sid}",
             f"--record={record}", "--"]  # fmt: skip
     assert _run([*base, "true"]).returncode == errors.EXIT_SUCCEEDED
     changed = _run([*base, "echo", "changed"])
