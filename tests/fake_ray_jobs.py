@@ -4,11 +4,12 @@ submitter's own run and its shell jobs, not a head's start and a job supervisor 
 
 It serves the HTTP API a head's dashboard serves (version, submit, info, list, stop, delete, logs and the websocket
 tail) to Ray's own JobSubmissionClient and to jobs/submitter's plain requests, and does what a head does with a job:
-the entrypoint runs in a shell of its own session with the runtime env's variables and its output in the job's log; a
-job waits PENDING until its entrypoint resources fit what the head offers and fails past the start timeout; a stop
-sends SIGTERM and SIGKILL after Ray's grace time, and a queued job's stop takes effect when its turn comes; a stopped
-fake forgets every job, as a head restarted without GCS fault tolerance does. tests/jobs/test_jobs_api_contract.py holds
-each of these to a real head of every Ray version we pin: what the fake does and a real head does not fails there.
+the entrypoint runs in a shell of its own session with the runtime env's variables and its output in the job's log;
+a job waits PENDING until its entrypoint resources fit what the head offers and fails past the start timeout; a stop
+sends SIGTERM and SIGKILL after Ray's grace time, and a queued job's stop takes effect once it has started at its
+turn; a stopped fake forgets every job, as a head restarted without GCS fault tolerance does.
+tests/jobs/test_jobs_api_contract.py holds each of these to a real head of every Ray version we pin: what the fake
+does and a real head does not fails there.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ _MESSAGES = {
 }
 # Ray's job supervisor: SIGTERM, then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S (3 s by default); it polls every 0.1 s.
 STOP_WAIT_S = 3.0
+# The line a head's job manager opens every job's log with.
+RUNTIME_ENV_LINE = "Runtime env is setting up."
 POLL_S = 0.1
 # What a test head offers (tests/ray_head.py): two CPUs and HEAD_GPUS logical GPUs.
 DEFAULT_RESOURCES = {"CPU": 2.0, "GPU": float(HEAD_GPUS)}
@@ -82,9 +85,7 @@ class _Job:
             "driver_agent_http_address": "http://127.0.0.1" if self.started else None,
             "driver_node_id": "fake-node" if self.started else None,
             "driver_exit_code": self.driver_exit_code,
-            # Ray leaves out the entrypoint's resource fields the submission did not set.
-            **{key: self.request[key] for key in ENTRYPOINT_FIELDS if self.request.get(key) is not None},
-        }
+        }  # the entrypoint's resources are not among them: Ray's details leave them out
 
     def _pending_message(self) -> str:
         if self.status != "PENDING":
@@ -95,9 +96,6 @@ class _Job:
         if self.runtime_env:
             message += " It may be waiting for the runtime environment to be set up."
         return message
-
-
-ENTRYPOINT_FIELDS = ("entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_memory", "entrypoint_resources")
 
 
 def _resources(request: Mapping[str, Any]) -> dict[str, float]:
@@ -210,10 +208,9 @@ class FakeJobsApi:
                     continue
                 free = self._free()
                 if all(free.get(name, 0.0) >= amount for name, amount in job.resources.items()):
-                    if job.stop_requested:  # the stop a queued job was given takes effect now
-                        self._end(job, "STOPPED")
-                    else:
-                        await self._run(job)
+                    await self._run(job)
+                    if job.stop_requested and job.process:  # a stop given while queued: at its turn, as Ray does
+                        self._background(self._terminate(job.process))
                 elif now - job.start_time / 1000 > self.start_timeout_s:
                     self._end(job, "FAILED", message=_start_timeout_message(self.start_timeout_s))
             await asyncio.sleep(POLL_S)
@@ -283,7 +280,7 @@ class FakeJobsApi:
         body = await request.json()
         submission_id = body.get("submission_id") or f"raysubmit_{uuid.uuid4().hex[:16]}"
         if submission_id in self._jobs:
-            raise web.HTTPBadRequest(
+            raise web.HTTPInternalServerError(
                 text=f"ValueError: Job with submission_id {submission_id} already exists. "
                 "Please use a different submission_id."
             )
@@ -296,6 +293,9 @@ class FakeJobsApi:
             request=body,
             log=self._logs / f"{uuid.uuid4().hex}.log",
         )
+        # A job's log opens with Ray's own line, before the entrypoint's output.
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S") + f",{int(time.time() * 1000) % 1000:03d}"
+        self._jobs[submission_id].log.write_text(f"{stamp}\tINFO job_manager.py:531 -- {RUNTIME_ENV_LINE}\n")
         return web.json_response({"job_id": submission_id, "submission_id": submission_id})
 
     async def _info(self, request: web.Request) -> web.Response:
