@@ -333,7 +333,8 @@ def test_two_submitters_of_one_run_never_run_train_at_once(fake_head: FakeJobsAp
         first_lines: list[str] = []
         reader = threading.Thread(target=lambda: first_lines.extend(first.stdout or []), daemon=True)
         reader.start()
-        wait_for(lambda: any("streaming the logs" in line for line in first_lines[1:]) or first.poll() is not None,
+        follows = f"streaming the logs of job {sid}-r1"  # not attempt 0's line, still in the pipe from before
+        wait_for(lambda: any(follows in line for line in first_lines) or first.poll() is not None,
                  120, "the first submitter to follow the next attempt")  # fmt: skip
         release.touch()
         first.wait(timeout=60)
