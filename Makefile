@@ -16,7 +16,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # user's own stack file never breaks `make test`; `make plan STACK=<yours>` renders any stack.
 STACKS := dev h200 b200 h200-4node h200-benchmark smoke
 
-.PHONY: test lint typecheck unit checkov plan golden clean
+.PHONY: test lint typecheck unit checkov plan golden config-docs clean
 
 # Two layers in one virtualenv (Pulumi.yaml runs the programs in .venv): `make plan` needs only the runtime set,
 # `make test` adds the test tools, then torch.
@@ -66,6 +66,11 @@ checkov: $(BIN)/.installed $(CHECKOV_VENV)/.installed
 GATE_NICENESS ?= 10
 test:
 	@$(MAKE) --no-print-directory -j4 -Otarget lint typecheck unit checkov NICE="nice -n $(GATE_NICENESS)"
+
+# Pulumi.yaml's config blocks (both projects) and docs/configuration.md's key tables, from the settings models
+# (tools/config_docs.py); tests/test_config_docs.py fails when they drift.
+config-docs: $(BIN)/.runtime
+	$(BIN)/python tools/config_docs.py
 
 # Both programs under mocks for one stack: build/$(STACK)/ (manifests, Helm values, pipeline, resource tree,
 # outputs, timeline) and a summary. Exit 2, with the reason, on an unknown stack or invalid config. WANDB=off renders
