@@ -520,8 +520,8 @@ def test_job_stack_files_match_their_infra_stacks():
     for stack in ("dev", "h200", "b200"):
         _, config = load_stack_config(JOBS, stack)
         assert config["nemo-rl-jobs:infraStack"].endswith(f"/nemo-rl-gke/{stack}")
-    # The job stacks of their own name each run on the infra stack tools/plan.py pairs them with.
-    from tools.plan import JOB_EXAMPLE_STACKS
+    # The job stacks of their own name each run on the infra stack tools/plan_stacks.py pairs them with.
+    from tools.plan_stacks import JOB_EXAMPLE_STACKS
 
     for stack, infra in JOB_EXAMPLE_STACKS.items():
         _, config = load_stack_config(JOBS, stack)
