@@ -337,7 +337,10 @@ def test_two_submitters_of_one_run_never_run_train_at_once(fake_head: FakeJobsAp
         wait_for(lambda: any(follows in line for line in first_lines) or first.poll() is not None,
                  120, "the first submitter to follow the next attempt")  # fmt: skip
         release.touch()
-        first.wait(timeout=60)
+        try:  # a loaded CI machine once took over 60 s here; the output says where it was
+            first.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the first submitter did not end:\n" + "".join(first_lines))
         reader.join(timeout=10)
         first_out = "".join(first_lines)
         second_out, _ = second.communicate(timeout=180)
