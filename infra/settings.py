@@ -538,6 +538,8 @@ class InfraSettings(_Keys):
     def _cidr_list(cls, raw: Any) -> Any:
         """A list in the stack file, or JSON / comma-separated text from `pulumi config set`."""
         key, example = "authorizedNetworks", 'a list of CIDR ranges, e.g. ["203.0.113.0/24"]'
+        if raw is None:
+            return ()
         if isinstance(raw, str):
             try:
                 raw = (
