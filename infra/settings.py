@@ -338,7 +338,7 @@ class InfraSettings(_Keys):
             f"one of {[*gke_rules.MAINTENANCE_EXCLUSION_SCOPES, 'none']}; 'none' lets GKE upgrade GPU nodes mid-run"
         ),
         _RECORDED_EMPTY,
-    ] = gke_rules.DEFAULT_MAINTENANCE_EXCLUSION
+    ] = "NO_MINOR_OR_NODE_UPGRADES"
     """Maintenance exclusion kept until the end of the minor's support: `NO_MINOR_OR_NODE_UPGRADES` (GKE never drains a
     GPU node for an upgrade mid-run, as Cluster Toolkit's A3 Ultra/A4 blueprints do; upgrade between runs yourself),
     `NO_MINOR_UPGRADES`, or `none`."""
