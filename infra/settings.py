@@ -480,10 +480,14 @@ class InfraSettings(_Keys):
     """Object."""
     ranges: NetworkRanges = Field(default_factory=lambda: NetworkRanges.model_validate({}), alias="networkRanges")
     """Object."""
-    ray_head: RayHead = Field(default_factory=lambda: RayHead.model_validate({}), alias="rayHead")
+    ray_head: Annotated[RayHead, Shown('`{cpu: "64", memory: 500G}`')] = Field(
+        default_factory=lambda: RayHead.model_validate({}), alias="rayHead"
+    )
     """Object: the head's CPU and memory (requests = limits). Must fit `cpuMachineType` after GKE's reservations, a
     DaemonSet allowance and the log sidecar."""
-    ray_worker: RayWorker = Field(default_factory=lambda: RayWorker.model_validate({}), alias="rayWorker")
+    ray_worker: Annotated[RayWorker, Shown('`{cpu: "206", memory: 2400Gi}`')] = Field(
+        default_factory=lambda: RayWorker.model_validate({}), alias="rayWorker"
+    )
     """Object: each GPU worker's CPU and memory (plus all 8 GPUs). Must fit the GPU machine the same way."""
     allow_replace: Annotated[
         tuple[Text, ...],
