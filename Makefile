@@ -12,7 +12,7 @@ STACK ?= dev
 # Where torch comes from: PyTorch's CPU-only index, so `make test` never pulls the multi-GB CUDA build PyPI serves on
 # Linux. Set it empty (TORCH_INDEX=) where pip already finds a CPU wheel, as on a machine with a local wheel cache.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-# The shipped example stacks (tools/plan.py EXAMPLE_STACKS): checkov and the golden plans cover these only, so a
+# The shipped example stacks (tools/plan_stacks.py EXAMPLE_STACKS): checkov and the golden plans cover these only, so a
 # user's own stack file never breaks `make test`; `make plan STACK=<yours>` renders any stack.
 STACKS := dev h200 b200 h200-4node h200-benchmark smoke
 

@@ -5,23 +5,17 @@ import pulumi_kubernetes as k8s
 from launcher import checkpoints
 from launcher.cost import run_estimate
 from launcher.job import PipelineJob, PipelineJobArgs
-from launcher.pipeline import (
+from launcher.overrides import model_notes, recipe_notes
+from launcher.paths import archive_uri, checkpoint_dir, model_uri
+from launcher.script import (
     PORT_FORWARD_ADDRESS,
     admission_status_command,
-    archive_uri,
-    attempt_ids,
-    checkpoint_dir,
-    entrypoint_text,
     eval_summary_show_command,
-    model_notes,
-    model_uri,
     pipeline_script,
-    pipeline_steps,
     ray_job_command,
-    recipe_notes,
-    rerun_warnings,
 )
 from launcher.settings import ConfigError, build_job_settings, read_config, read_infra_outputs
+from launcher.steps import attempt_ids, entrypoint_text, pipeline_steps, rerun_warnings
 
 values = read_config()
 if not values.get("infraStack"):

@@ -42,35 +42,30 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from submitter.ray_auth import auth_headers, auth_refusal
+
 EXIT_READY = 0
 EXIT_USAGE = 2
 EXIT_NOT_READY = 4
 EXIT_SIGTERM = 128 + signal.SIGTERM
 
 
-AUTH_MODE_ENV = "RAY_AUTH_MODE"
-AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
-
-
 class AuthRefusedError(Exception):
     """The Ray head refused this client's credentials; the message says why, without the token."""
 
 
-def auth_refusal(exc: BaseException, env: Mapping[str, str] = os.environ) -> str | None:
-    """Why the head refused us, if `exc` is Ray's answer to missing or wrong credentials; None for anything else.
-    Ray 2.52+ raises ray.exceptions.AuthenticationError; the words are ours, so no token can be quoted."""
+def refused_status(exc: BaseException) -> int | None:
+    """The HTTP status of the head's refusal of our credentials that `exc` reports, None for any other error. Ray
+    2.52+ raises ray.exceptions.AuthenticationError ('Authentication required: Unauthorized' for 401, 'Authentication
+    failed: Forbidden' for 403); without a status in its words, what this client sends tells which."""
     text = str(exc)
-    if not any(c.__name__ == "AuthenticationError" for c in type(exc).__mro__) and not re.search(
-        r"\b(401|403)\b|Unauthorized|Forbidden", text
-    ):
-        return None
-    has_token = env.get(AUTH_MODE_ENV, "").lower() == "token" and bool(env.get(AUTH_TOKEN_ENV))
-    if not has_token:
-        return (
-            f"the Ray head requires a token and this client has none: set both {AUTH_MODE_ENV}=token and "
-            f"{AUTH_TOKEN_ENV} (the Secret named by the infra output rayAuthSecret)"
-        )
-    return f"the Ray head refused the token: {AUTH_TOKEN_ENV} is not this cluster's token"
+    if re.search(r"\b401\b|Unauthorized|Authentication required", text):
+        return 401
+    if re.search(r"\b403\b|Forbidden|Authentication failed", text):
+        return 403
+    if any(c.__name__ == "AuthenticationError" for c in type(exc).__mro__):
+        return 403 if auth_headers() else 401
+    return None
 
 
 def gpu_workers(nodes: Iterable[Mapping[str, object]], gpus_per_node: int) -> int:
@@ -102,9 +97,9 @@ def alive_nodes(address: str) -> list[dict[str, object]]:
             raise_on_missing_output=False,
         )
     except Exception as exc:
-        refusal = auth_refusal(exc)
-        if refusal:
-            raise AuthRefusedError(refusal) from None
+        status = refused_status(exc)
+        if status:
+            raise AuthRefusedError(auth_refusal(status)) from None
         raise
     return [{"state": node.state, "resources_total": dict(node.resources_total or {})} for node in nodes]
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tools.offline import ProgramRun, load_stack_config, run_program
-from tools.plan import INFRA_EXAMPLE_STACKS
+from tools.plan_stacks import INFRA_EXAMPLE_STACKS
 
 # One real Ray head per session, on loopback, for the tests that need one (tests/ray_head.py).
 pytest_plugins = ["ray_head", "ray_v0_7_0", "fake_ray_jobs"]

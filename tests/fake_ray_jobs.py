@@ -57,7 +57,6 @@ class _Job:
     runtime_env: dict[str, Any]
     metadata: dict[str, str]
     resources: dict[str, float]
-    request: dict[str, Any]
     log: Path
     start_time: int = field(default_factory=lambda: int(time.time() * 1000))
     status: str = "PENDING"
@@ -149,10 +148,6 @@ class FakeJobsApi:
         for log in self._logs.glob("*"):
             log.unlink()
         self._logs.rmdir()
-
-    def job(self, submission_id: str) -> dict[str, Any] | None:
-        job = self._jobs.get(submission_id)
-        return job.details() if job else None
 
     def _call(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=60)
@@ -290,7 +285,6 @@ class FakeJobsApi:
             runtime_env=body.get("runtime_env") or {},
             metadata=body.get("metadata") or {},
             resources=_resources(body),
-            request=body,
             log=self._logs / f"{uuid.uuid4().hex}.log",
         )
         # A job's log opens with Ray's own line, before the entrypoint's output.

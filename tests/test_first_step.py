@@ -11,7 +11,10 @@ from conftest import ROOT
 from launcher import checkpoints
 
 from tools import first_step
-from tools.plan import EXAMPLE_STACKS, Plan, render_files, run_plan, summary
+from tools.plan_run import Plan, run_plan
+from tools.plan_stacks import EXAMPLE_STACKS
+from tools.plan_summary import summary
+from tools.render import render_files
 
 LINES = (
     re.compile(

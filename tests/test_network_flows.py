@@ -12,7 +12,7 @@ from netpol import Address, Pod, allowed
 from upstream import reference
 
 from infra.settings import NetworkRanges
-from tools import plan, ray_pods
+from tools import plan_run, ray_pods, render
 from workloads.network_policy import SUBMITTER_LABEL
 
 POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
@@ -25,15 +25,15 @@ METADATA = Address("169.254.169.254")
 class Rendered:
     def __init__(self, stack: str) -> None:
         reference("kuberay-v1.5.1")
-        result = plan.run_plan(stack)
+        result = plan_run.run_plan(stack)
         self.infra = result.infra
         self.policies: list[dict[str, Any]] = [
-            plan._number(r.inputs) for run in (result.infra, result.jobs) for r in run.resources if r.type == POLICY
+            render._number(r.inputs) for run in (result.infra, result.jobs) for r in run.resources if r.type == POLICY
         ]
         release = result.infra.one(RELEASE).inputs
         self.namespace = release["namespace"]
         cluster = ray_pods.render_raycluster(
-            plan._number(release["values"]), release["name"], self.namespace, ray_pods.CHART_DIR
+            render._number(release["values"]), release["name"], self.namespace, ray_pods.CHART_DIR
         )
         self.name = cluster["metadata"]["name"]
         self.autoscaling = bool(cluster["spec"].get("enableInTreeAutoscaling"))

@@ -17,22 +17,22 @@ from conftest import ROOT
 
 from infra.cost import dollar_range
 from infra.gke_rules import MAINTENANCE_EXCLUSION_START
-from tools import checkov_gate, plan, ray_pods, readme_cost
+from tools import checkov_gate, plan, plan_run, plan_stacks, plan_summary, ray_pods, readme_cost, render
 from tools.render import is_built_in
 
-STACKS = sorted(plan.EXAMPLE_STACKS)  # never a user's own stack: it has no golden plan
+STACKS = sorted(plan_stacks.EXAMPLE_STACKS)  # never a user's own stack: it has no golden plan
 GOLDEN = ROOT / "tests" / "golden"
-PLACEHOLDERS = tuple(plan.PLACEHOLDER_SECRETS.values())
+PLACEHOLDERS = tuple(plan_stacks.PLACEHOLDER_SECRETS.values())
 RELEASE = "kubernetes:helm.sh/v3:Release"
 
 
 class Rendered:
     def __init__(self, stack: str, out: Path) -> None:
         self.stack = stack
-        self.plan = plan.run_plan(stack)
-        self.files = plan.render_files(self.plan)
+        self.plan = plan_run.run_plan(stack)
+        self.files = render.render_files(self.plan)
         self.dir = out / stack
-        plan.write_files(self.dir, self.files)
+        render.write_files(self.dir, self.files)
 
     def on_disk(self) -> dict[str, str]:
         return {p.relative_to(self.dir).as_posix(): p.read_text() for p in sorted(self.dir.rglob("*")) if p.is_file()}
@@ -58,7 +58,7 @@ def test_every_stack_has_a_golden_plan_and_every_golden_plan_a_stack():
     assert {"dev", "h200", "b200"} <= set(STACKS)
     golden = sorted(p.name for p in GOLDEN.iterdir() if p.is_dir())
     assert golden == STACKS, "run `make golden` and review the diff (git diff tests/golden)"
-    assert set(STACKS) <= set(plan.stacks_available())  # each example has its infra and its job stack file
+    assert set(STACKS) <= set(plan_stacks.stacks_available())  # each example has its infra and its job stack file
     # The Makefile's list (checkov, make golden) is the same one.
     [makefile_stacks] = re.findall(r"^STACKS := (.+)$", (ROOT / "Makefile").read_text(), flags=re.M)
     assert sorted(makefile_stacks.split()) == STACKS
@@ -105,7 +105,7 @@ def test_one_manifest_per_kubernetes_object_in_a_stable_order(rendered: Rendered
     # Numbered 01..N, named after kind and object name, grouped in apply order with the Job last.
     for index, (name, obj) in enumerate(files, start=1):
         assert name == f"{index:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
-    ranks = [plan.KIND_ORDER.index(kind) for kind in kinds]
+    ranks = [render.KIND_ORDER.index(kind) for kind in kinds]
     assert ranks == sorted(ranks)
     assert kinds[-1] == "Job"
     # Rendered as the provider would send them: integers stay integers.
@@ -148,7 +148,7 @@ def test_every_built_in_object_validates_strictly_for_the_cluster_version(render
         "Role", "RoleBinding", "Namespace", "DaemonSet",
     } <= set(validated)  # fmt: skip
     # The Ray pods the real chart renders (where it is at hand) are Pods of the same schema.
-    for path in sorted((rendered.dir / plan.RAY_PODS_DIR).glob("*.yaml")):
+    for path in sorted((rendered.dir / render.RAY_PODS_DIR).glob("*.yaml")):
         kubernetes_validate.validate(yaml.safe_load(path.read_text()), minor, strict=True)
 
 
@@ -253,7 +253,7 @@ def test_plan_matches_the_golden_copy(rendered: Rendered):
     )
     files = rendered.files
     if ray_pods.chart_problem():  # a clone without ../shared/reference renders no Ray pods: compare the rest
-        golden = {name: text for name, text in golden.items() if not name.startswith(f"{plan.RAY_PODS_DIR}/")}
+        golden = {name: text for name, text in golden.items() if not name.startswith(f"{render.RAY_PODS_DIR}/")}
     changed = sorted(name for name in files.keys() & golden.keys() if files[name] != golden[name])
     added, removed = sorted(files.keys() - golden.keys()), sorted(golden.keys() - files.keys())
     assert not (changed or added or removed), (
@@ -264,8 +264,8 @@ def test_plan_matches_the_golden_copy(rendered: Rendered):
 
 
 def test_plan_is_deterministic():
-    first = plan.render_files(plan.run_plan("dev"))
-    second = plan.render_files(plan.run_plan("dev"))
+    first = render.render_files(plan_run.run_plan("dev"))
+    second = render.render_files(plan_run.run_plan("dev"))
     assert first == second
 
 
@@ -277,12 +277,12 @@ def flat(text: str) -> str:
 def test_summary(capsys: pytest.CaptureFixture[str], tmp_path: Path):
     assert plan.main(["--stack", "h200", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    for phase in range(1, plan.STEPS + 1):
-        assert f"[{phase}/{plan.STEPS}] " in out
+    for phase in range(1, plan_run.STEPS + 1):
+        assert f"[{phase}/{plan_run.STEPS}] " in out
     text = flat(out)
     assert "GPUs: 2 x a3-ultragpu-8g (8 x nvidia-h200-141gb each, 16 in all); Lustre 18000 GiB at 500 MB/s/TiB" in text
     # What would be created, counted by kind: the totals are the plan's own resources, counted here independently.
-    h200 = plan.run_plan("h200")
+    h200 = plan_run.run_plan("h200")
     resources = [r for run in (h200.infra, h200.jobs) for r in run.resources if r.custom]
     cloud = sum(1 for r in resources if r.type.startswith("gcp:"))
     cluster = sum(1 for r in resources if r.type.startswith("kubernetes:"))
@@ -307,8 +307,8 @@ def test_summary(capsys: pytest.CaptureFixture[str], tmp_path: Path):
 
 def test_created_counts_leave_out_what_creates_nothing():
     """Components, providers and stack references are not counted; every other resource is, once."""
-    dev = plan.run_plan("dev")
-    counts = plan.created_counts(dev)
+    dev = plan_run.run_plan("dev")
+    counts = plan_summary.created_counts(dev)
     counted = sum(n for group in counts.values() for n in group.values())
     resources = [r for run in (dev.infra, dev.jobs) for r in run.resources]
     assert any(not r.custom for r in resources) and any(r.type.startswith("pulumi:") for r in resources)
@@ -336,9 +336,9 @@ def test_make_plan_fits_one_screen_and_names_the_files_with_the_details(
     assert plan.main(["--stack", stack, "--out", str(tmp_path), *sources]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert len(lines) <= plan.SCREEN_LINES, out
-    assert max(len(line) for line in lines) <= plan.SCREEN_WIDTH, out
-    assert plan.SCREEN_LINES <= 40 and plan.SCREEN_WIDTH <= 120  # one screen of an ordinary terminal window
+    assert len(lines) <= plan_run.SCREEN_LINES, out
+    assert max(len(line) for line in lines) <= plan_run.SCREEN_WIDTH, out
+    assert plan_run.SCREEN_LINES <= 40 and plan_run.SCREEN_WIDTH <= 120  # one screen of an ordinary terminal window
     text = flat(out)
     written = sorted(p.name + ("/" if p.is_dir() else "") for p in (tmp_path / stack).iterdir())
     assert {"cost.txt", "timeline.txt", "resources.txt", "outputs.json", "manifests/"} <= set(written)
@@ -366,7 +366,7 @@ def test_the_programs_warnings_show_in_the_summary(capsys: pytest.CaptureFixture
     assert plan.main(["--stack", "dev", "--out", str(tmp_path), "-j", "model=org/m", "--quiet"]) == 0
     quiet = capsys.readouterr().out
     assert "warning: model org/m: fit unchecked" in quiet and "Warnings" not in quiet
-    assert plan.run_plan("dev").warnings == []  # the shipped stack warns of nothing
+    assert plan_run.run_plan("dev").warnings == []  # the shipped stack warns of nothing
 
 
 def test_plan_without_a_wandb_key_logs_to_tensorboard_on_lustre(tmp_path: Path):
@@ -381,13 +381,13 @@ def test_plan_without_a_wandb_key_logs_to_tensorboard_on_lustre(tmp_path: Path):
 
 def test_write_files_replaces_an_earlier_plan_output(tmp_path: Path):
     out = tmp_path / "dev"
-    plan.write_files(out, {"pipeline.yaml": "old\n", "manifests/99-gone.yaml": "stale\n"})
-    plan.write_files(out, {"pipeline.yaml": "new\n", "resources.json": "[]\n"})
+    render.write_files(out, {"pipeline.yaml": "old\n", "manifests/99-gone.yaml": "stale\n"})
+    render.write_files(out, {"pipeline.yaml": "new\n", "resources.json": "[]\n"})
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["pipeline.yaml", "resources.json"]
     assert (out / "pipeline.yaml").read_text() == "new\n"
     empty = tmp_path / "empty"
     empty.mkdir()
-    plan.write_files(empty, {"pipeline.yaml": "x\n"})  # an empty folder holds nothing to lose
+    render.write_files(empty, {"pipeline.yaml": "x\n"})  # an empty folder holds nothing to lose
     assert (empty / "pipeline.yaml").read_text() == "x\n"
 
 
@@ -396,14 +396,14 @@ def test_write_files_refuses_to_delete_a_folder_that_is_not_a_plan_output(tmp_pa
     (precious / "sub").mkdir(parents=True)
     (precious / "notes.txt").write_text("keep me")
     (precious / "sub" / "data.bin").write_bytes(b"\0")
-    with pytest.raises(plan.PlanError, match="not a plan output"):
-        plan.write_files(precious, {"pipeline.yaml": "x\n"})
+    with pytest.raises(plan_stacks.PlanError, match="not a plan output"):
+        render.write_files(precious, {"pipeline.yaml": "x\n"})
     assert (precious / "notes.txt").read_text() == "keep me" and (precious / "sub" / "data.bin").exists()
     assert not (precious / "pipeline.yaml").exists()
     a_file = tmp_path / "file"
     a_file.write_text("keep me too")
-    with pytest.raises(plan.PlanError, match="not a folder"):
-        plan.write_files(a_file, {"pipeline.yaml": "x\n"})
+    with pytest.raises(plan_stacks.PlanError, match="not a folder"):
+        render.write_files(a_file, {"pipeline.yaml": "x\n"})
     assert a_file.read_text() == "keep me too"
 
 
@@ -553,7 +553,7 @@ def test_checkov_gate_fails_on_findings_outside_the_skip_list():
 def test_path_overrides_nest_as_the_cli_stores_them():
     """`-c lustre.capacityGib=36000` is `pulumi config set --path lustre.capacityGib 36000`: nested, validated."""
     config: dict[str, Any] = {"nemo-rl-gke:lustre": {"filesystem": "fs"}}
-    plan._apply_overrides(
+    plan_stacks.apply_overrides(
         "nemo-rl-gke", config, ["lustre.capacityGib=36000", "networkRanges.rdmaSubnets[1]=10.9.0.0/24"]
     )
     assert config == {
@@ -565,10 +565,10 @@ def test_path_overrides_nest_as_the_cli_stores_them():
 def test_an_empty_path_override_removes_only_that_field():
     """`-c lustre.capacityGib=` is `pulumi config rm --path lustre.capacityGib`: the default applies again."""
     config: dict[str, Any] = {"nemo-rl-gke:lustre": {"filesystem": "fs", "capacityGib": 9000}}
-    plan._apply_overrides("nemo-rl-gke", config, ["lustre.capacityGib="])
+    plan_stacks.apply_overrides("nemo-rl-gke", config, ["lustre.capacityGib="])
     assert config == {"nemo-rl-gke:lustre": {"filesystem": "fs"}}
-    with pytest.raises(plan.PlanError, match="a list element cannot be removed"):
-        plan._apply_overrides("nemo-rl-gke", config, ["networkRanges.rdmaSubnets[1]="])
+    with pytest.raises(plan_stacks.PlanError, match="a list element cannot be removed"):
+        plan_stacks.apply_overrides("nemo-rl-gke", config, ["networkRanges.rdmaSubnets[1]="])
 
 
 # --- Cost: exported by both stacks, printed by the summary, quoted by the README -----------------------------------
@@ -588,7 +588,7 @@ def test_cost_outputs_and_cost_file(rendered: Rendered):
     # The step time is the table's or the user's; without either, the steps and the total are unknown, not zero.
     assert (run["secondsPerStep"] is None) == (run["gpuHours"] is None) == (run["stepGpuHours"] is None)
     text = rendered.files["cost.txt"]
-    assert rendered.on_disk()["cost.txt"] == text == plan.cost_text(rendered.plan)  # written, not only rendered
+    assert rendered.on_disk()["cost.txt"] == text == render.cost_text(rendered.plan)  # written, not only rendered
     assert "per hour while the GPUs run:" in text and "GPU-hours" in text
     for note in cost["notes"]:
         assert f"note: {note}" in text
@@ -758,8 +758,8 @@ def test_summary_prints_the_cost(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert notes and f"cost: {len(notes)} price(s) derived, borrowed or given by you" in text
     in_block = False
     for line in cost:
-        in_block = line.startswith(plan.COST_DETAIL_BLOCKS) or (in_block and line.startswith("  "))
-        detail = in_block or line.startswith(plan.COST_DETAIL_PREFIXES)
+        in_block = line.startswith(plan_summary.COST_DETAIL_BLOCKS) or (in_block and line.startswith("  "))
+        detail = in_block or line.startswith(plan_summary.COST_DETAIL_PREFIXES)
         assert (flat(line) in text) == (not detail), line
     assert "per hour idle (no run):" in text and "$" in text
 

@@ -1,9 +1,9 @@
 """A 32-node plan (issue 34), not a shipped stack: the h200 infra stack at 32 A3 Ultra nodes running NeMo RL's
 Qwen3-235B 32n8g 1-step off-policy recipe (16 generation + 16 training nodes, as the recipe splits them), rendered
-offline the way `make plan` renders a stack (tools/plan.py run_plan and render_files, with the overrides `make plan
--c` takes), and every rendered Kubernetes object validated strictly for the cluster's version. The size-dependent
-checks each have their own test (tests/test_scale.py, tests/jobs/test_checkpoints.py); here the whole plan holds
-together at that size."""
+offline the way `make plan` renders a stack (tools/plan_run.py run_plan, tools/render.py render_files, with the
+overrides `make plan -c` takes), and every rendered Kubernetes object validated strictly for the cluster's version.
+The size-dependent checks each have their own test (tests/test_scale.py, tests/jobs/test_checkpoints.py); here the
+whole plan holds together at that size."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tools import first_step, plan
+from tools import first_step, plan_run, render
 from tools.render import is_built_in
 
 NODES = 32
@@ -38,12 +38,12 @@ JOB = [
 
 
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[plan.Plan, Path]:
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[plan_run.Plan, Path]:
     # An empty sources folder: the recipe and overrides are checked against the index (tools/nemo_rl_index.json).
     empty = tmp_path_factory.mktemp("no-sources")
-    result = plan.run_plan("h200", infra_overrides=INFRA, job_overrides=JOB, nemo_rl_sources=empty)
+    result = plan_run.run_plan("h200", infra_overrides=INFRA, job_overrides=JOB, nemo_rl_sources=empty)
     out = tmp_path_factory.mktemp("plan32") / "h200-32n"
-    plan.write_files(out, plan.render_files(result))
+    render.write_files(out, render.render_files(result))
     return result, out
 
 
@@ -51,7 +51,7 @@ def manifests(out: Path) -> list[dict[str, Any]]:
     return [yaml.safe_load(p.read_text()) for p in sorted((out / "manifests").glob("*.yaml"))]
 
 
-def test_every_rendered_object_validates_at_32_nodes(rendered: tuple[plan.Plan, Path]):
+def test_every_rendered_object_validates_at_32_nodes(rendered: tuple[plan_run.Plan, Path]):
     result, out = rendered
     minor = result.infra.outputs["kubernetesMinorVersion"]
     kinds = []
@@ -60,12 +60,12 @@ def test_every_rendered_object_validates_at_32_nodes(rendered: tuple[plan.Plan, 
             kubernetes_validate.validate(obj, minor, strict=True)
             kinds.append(obj["kind"])
     assert {"Job", "DaemonSet", "ConfigMap", "NetworkPolicy", "PersistentVolume"} <= set(kinds)
-    pods = sorted((out / plan.RAY_PODS_DIR).glob("*.yaml"))
+    pods = sorted((out / render.RAY_PODS_DIR).glob("*.yaml"))
     for path in pods:  # the Ray pods the real chart renders, where it is at hand
         kubernetes_validate.validate(yaml.safe_load(path.read_text()), minor, strict=True)
 
 
-def test_the_cluster_is_sized_for_32_gpu_nodes(rendered: tuple[plan.Plan, Path]):
+def test_the_cluster_is_sized_for_32_gpu_nodes(rendered: tuple[plan_run.Plan, Path]):
     result, _ = rendered
     pool = result.infra.one("gcp:container/nodePool:NodePool", "gpu").inputs
     assert pool["autoscaling"]["totalMaxNodeCount"] == NODES
@@ -83,7 +83,7 @@ def test_the_cluster_is_sized_for_32_gpu_nodes(rendered: tuple[plan.Plan, Path])
     assert outputs["gpuNodes"] == outputs["rayWorkerReplicas"] == NODES
 
 
-def test_the_run_is_sized_from_its_recipe(rendered: tuple[plan.Plan, Path]):
+def test_the_run_is_sized_from_its_recipe(rendered: tuple[plan_run.Plan, Path]):
     result, _ = rendered
     steps = {s["step"]: shlex.split(s["entrypoint"]) for s in result.jobs.outputs["pipeline"]}
     train = steps["train"]
@@ -100,7 +100,7 @@ def test_the_run_is_sized_from_its_recipe(rendered: tuple[plan.Plan, Path]):
     assert run["gpuHours"] and run["gpuHours"] > NODES * 8 * run["steps"] * 203.0 / 3600 - 0.01
 
 
-def test_the_first_step_model_knows_the_models_size(rendered: tuple[plan.Plan, Path]):
+def test_the_first_step_model_knows_the_models_size(rendered: tuple[plan_run.Plan, Path]):
     result, _ = rendered
     inputs = first_step.inputs_from_plan(result)
     assert inputs.model == "Qwen/Qwen3-235B-A22B"

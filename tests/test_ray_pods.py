@@ -14,7 +14,7 @@ from netpol import selects
 from pod_security_rules import LEVELS, strictest_level, violations
 from upstream import reference
 
-from tools import plan, ray_pods
+from tools import plan_run, ray_pods, render
 from workloads.network_policy import (
     RayPoliciesArgs,
     cluster_policy_spec,
@@ -39,14 +39,14 @@ class Cluster:
     def __init__(self, stack: str, overrides: dict[str, Any]) -> None:
         reference("kuberay-v1.5.1")  # skips (fails under CI) without the chart
         # Both programs, as `make plan` runs them: the submitter's pod comes from the job program on these outputs.
-        self.plan = plan.run_plan(stack, infra_overrides=[f"{key}={value}" for key, value in overrides.items()])
+        self.plan = plan_run.run_plan(stack, infra_overrides=[f"{key}={value}" for key, value in overrides.items()])
         self.run = self.plan.infra
         (job,) = [r for r in self.plan.jobs.resources if r.type == "kubernetes:batch/v1:Job"]
         self.submitter = job.inputs["spec"]["template"]
         release = self.run.one(RELEASE).inputs
         self.namespace = release["namespace"]
         self.cluster = ray_pods.render_raycluster(
-            plan._number(release["values"]), release["name"], self.namespace, ray_pods.CHART_DIR
+            render._number(release["values"]), release["name"], self.namespace, ray_pods.CHART_DIR
         )
         self.pods = ray_pods.ray_pods(self.cluster)
         self.name = self.cluster["metadata"]["name"]
@@ -221,8 +221,8 @@ def test_every_container_is_hardened(cluster: Cluster):
 
 def test_plan_writes_the_pods_checkov_scans():
     reference("kuberay-v1.5.1")
-    files = plan.render_files(plan.run_plan("dev"))
-    written = sorted(name for name in files if name.startswith(f"{plan.RAY_PODS_DIR}/"))
+    files = render.render_files(plan_run.run_plan("dev"))
+    written = sorted(name for name in files if name.startswith(f"{render.RAY_PODS_DIR}/"))
     assert written == ["ray-pods/nemo-rl-dev-ray-gpu-workers-worker.yaml", "ray-pods/nemo-rl-dev-ray-head.yaml"]
     head = yaml.safe_load(files["ray-pods/nemo-rl-dev-ray-head.yaml"])
     assert head["kind"] == "Pod" and head["metadata"]["labels"]["ray.io/node-type"] == "head"

@@ -18,7 +18,7 @@ from conftest import ROOT
 from launcher import settings as job_settings
 
 from infra import settings as infra_settings
-from tools.plan import EXAMPLE_STACKS
+from tools.plan_stacks import EXAMPLE_STACKS
 
 README = (ROOT / "README.md").read_text()
 CONFIGURATION = (ROOT / "docs" / "configuration.md").read_text()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from tools import nemo_rl_index, plan, stack_check
+from tools import nemo_rl_index, plan_run, plan_stacks, stack_check
 from tools.offline import load_stack_config, read_yaml
 
 
@@ -273,11 +273,13 @@ def test_a_megatron_recipe_outside_the_performance_table_is_refused():
 def test_the_plan_refuses_a_megatron_recipe_it_would_run_as_dtensor():
     """From the index (the recipe's policy.megatron_cfg.enabled), with no sources at hand."""
     recipe = "examples/configs/recipes/llm/grpo-llama3.1-8b-instruct-1n8g-megatron-fp8-rollouts.v3.yaml"
-    with pytest.raises(plan.PlanError, match=r"it trains with Megatron \(policy\.megatron_cfg\.enabled\) in NeMo RL"):
-        plan.run_plan("h200", job_overrides=[f"recipe={recipe}"], nemo_rl_sources=Path("/nonexistent"))
+    with pytest.raises(
+        plan_stacks.PlanError, match=r"it trains with Megatron \(policy\.megatron_cfg\.enabled\) in NeMo RL"
+    ):
+        plan_run.run_plan("h200", job_overrides=[f"recipe={recipe}"], nemo_rl_sources=Path("/nonexistent"))
     # The fix it offers is accepted: DTensor instead.
     extra = 'extraOverrides=["policy.megatron_cfg.enabled=false", "policy.dtensor_cfg.enabled=true"]'
-    plan.run_plan("h200", job_overrides=[f"recipe={recipe}", extra], nemo_rl_sources=Path("/nonexistent"))
+    plan_run.run_plan("h200", job_overrides=[f"recipe={recipe}", extra], nemo_rl_sources=Path("/nonexistent"))
 
 
 def test_a_deletion_of_a_null_key_is_refused_as_hydra_refuses_it():
@@ -295,7 +297,7 @@ def test_a_recipe_the_index_lists_without_keys_is_planned_and_said_to_be_uncheck
     recipe = "examples/configs/recipes/llm/grpo-qwen3-1.7b-2n8g-megatron-super-rlhf.yaml"
     assert nemo_rl_index.keys_of("v0.7.0", recipe) is None and nemo_rl_index.unindexed_reason("v0.7.0", recipe)
     image = "nemoRlImage=nvcr.io/nvidia/nemo-rl:v0.7.0"
-    plan.run_plan("dev", [image], [f"recipe={recipe}"], nemo_rl_sources=tmp_path)
+    plan_run.run_plan("dev", [image], [f"recipe={recipe}"], nemo_rl_sources=tmp_path)
     out = " ".join(capsys.readouterr().out.split())
     assert f"{recipe}: keys not in the index (the loader could not resolve it from the sources the index" in out
     assert f"NOT checked against NeMo RL v0.7.0: no sources of that release at {tmp_path}/nemo-rl-v0.7.0" in out

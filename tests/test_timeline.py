@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from tools import timeline
-from tools.plan import Plan, run_plan
+from tools.plan_run import Plan, run_plan
 
 STACK_URN = "urn:pulumi:t::p::pulumi:pulumi:Stack::p-t"
 NETWORK = "gcp:compute/network:Network"

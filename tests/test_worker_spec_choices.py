@@ -12,7 +12,7 @@ import pytest
 from upstream import reference
 
 from infra.settings import build_settings
-from tools import plan, ray_pods
+from tools import plan_run, ray_pods
 from workloads.ray_values import RAY_TMP_DIR, WORKER_GROUP, build_ray_values
 from workloads.stack import RELEASE_NAME
 
@@ -95,7 +95,7 @@ def test_every_volume_of_every_ray_pod_is_mounted(pods: list[dict[str, Any]]):
 
 def test_the_gpu_pool_sets_no_taint_of_its_own():
     """So a toleration of Cluster Toolkit's user-workload taint would match nothing here."""
-    result = plan.run_plan("dev")
+    result = plan_run.run_plan("dev")
     (pool,) = [
         r
         for r in result.infra.resources

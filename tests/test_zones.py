@@ -14,10 +14,10 @@ from conftest import ROOT
 from infra import zones
 from infra.presets import GPU_PRESETS
 from infra.settings import ConfigError, build_settings
-from tools import plan, update_zones
+from tools import plan, plan_stacks, update_zones
 from tools.offline import load_stack_config
 
-INFRA_STACKS = sorted(stack for stack in plan.EXAMPLE_STACKS if (ROOT / f"Pulumi.{stack}.yaml").is_file())
+INFRA_STACKS = sorted(stack for stack in plan_stacks.EXAMPLE_STACKS if (ROOT / f"Pulumi.{stack}.yaml").is_file())
 
 
 def stack_values(stack: str, **changes: Any) -> dict[str, Any]:

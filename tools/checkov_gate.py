@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tools import plan, ray_pods  # noqa: E402
+from tools import plan, plan_stacks, ray_pods, render  # noqa: E402
 
 SKIPS_FILE = ROOT / "checkov-skips.yaml"
 # The fewest words a skip's reason may have: a sentence that says why the finding is accepted, not a label.
@@ -220,11 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Each stack's scan runs while the next stack renders (checkov is a program of its own; the threads only wait).
     with ThreadPoolExecutor() as scans:
         pending: dict[str, Future[tuple[list[Finding], int]]] = {}
-        for stack in args.stacks or plan.EXAMPLE_STACKS:
+        for stack in args.stacks or plan_stacks.EXAMPLE_STACKS:
             if plan.main(["--stack", stack, "--out", args.out, "--quiet"]) != 0:
                 return 1
             out = Path(args.out) / stack
-            dirs = [out / "manifests", *([out / plan.RAY_PODS_DIR] if not problem else [])]
+            dirs = [out / "manifests", *([out / render.RAY_PODS_DIR] if not problem else [])]
             pending[stack] = scans.submit(scan, stack, dirs)
         for stack, scanned in pending.items():
             findings, passed = scanned.result()

@@ -223,7 +223,7 @@ def _argument(entrypoint: str, flag: str) -> str | None:
 
 
 def inputs_from_plan(plan: Any) -> StartupInputs:
-    """Everything the model reads, from a tools.plan.Plan (its registered resources, outputs and timeline)."""
+    """Everything the model reads, from a tools.plan_run.Plan (its registered resources, outputs and timeline)."""
     timeline: Timeline = plan.timeline
     infra_out, job_out = plan.infra.outputs, plan.jobs.outputs
     pipeline = job_out.get("pipeline") or []

@@ -3,7 +3,7 @@
 
 Pure functions over a stack file's config (as tools/offline.load_stack_config reads it) and, for the NeMo RL
 checks, over a recipe's keys: from the release's index (tools/nemo_rl_index.py), or from the config NeMo RL's own
-loader resolved (tools/nemorl_config.py, run by tools/plan.py) for a recipe the index cannot know. Each problem is
+loader resolved (tools/nemorl_config.py, run by tools/plan_run.py) for a recipe the index cannot know. Each problem is
 one line naming the config key, its value and the command or setting that fixes it.
 """
 

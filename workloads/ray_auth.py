@@ -24,6 +24,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
+# The infra side's one copy; the jobs project (only jobs/ on its import path) has its own: jobs/submitter/ray_auth.py.
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
 TOKEN_KEY = AUTH_TOKEN_ENV  # the Secret's key; the job stack reads the same key

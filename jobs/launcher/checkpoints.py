@@ -165,7 +165,7 @@ EVAL_GPU_MEMORY_FRACTION = 0.9
 
 
 def eval_fit_problem(model: str, gpu_type: str, gpus_per_node: int) -> str | None:
-    """Why the evaluations (one GPU node each, jobs/launcher/pipeline.py) cannot load the model's bf16 weights, or
+    """Why the evaluations (one GPU node each, jobs/launcher/steps.py) cannot load the model's bf16 weights, or
     None; None too for a model or GPU without a figure here (unknown, not guessed)."""
     size, per_gpu = MODEL_SIZES.get(model), GPU_MEMORY_GB.get(gpu_type)
     if size is None or per_gpu is None:

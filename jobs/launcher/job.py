@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pulumi
 import pulumi_kubernetes as k8s
+from submitter.ray_auth import AUTH_MODE_ENV, AUTH_TOKEN_ENV
 
-from launcher.pipeline import SCRIPTS_MOUNT, STOP_TIMEOUT_S, SUBMITTER_PACKAGE, job_name, run_marker_name
+from launcher.paths import SCRIPTS_MOUNT, SUBMITTER_PACKAGE, job_name, run_marker_name
+from launcher.script import STOP_TIMEOUT_S
 from launcher.settings import InfraOutputs, JobSettings
 
 JOBS_DIR = Path(__file__).resolve().parent.parent
@@ -52,23 +54,19 @@ GRACE_SECONDS = 2 * 5 + STOP_TIMEOUT_S + 20
 DELETE_TIMEOUT = f"{-(-(GRACE_SECONDS + 120) // 60)}m"
 # Delete the pod before the Job object disappears, so that the Role it reads its Job with outlives it.
 DELETION_PROPAGATION = "pulumi.com/deletionPropagationPolicy"
-# Ray's token authentication (Ray >= 2.52): the client sends the token only when both are set. The key is the one
-# the infra stack's Secret holds (workloads/ray_auth.py).
-RAY_AUTH_MODE_ENV = "RAY_AUTH_MODE"
-RAY_AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
 
 
 def ray_auth_env(secret_name: str | None) -> list[k8s.core.v1.EnvVarArgs]:
-    """The submitter's Ray credentials, by reference to the infra stack's Secret; none when the cluster has no token
-    authentication (then the NetworkPolicies alone fence the head)."""
+    """The submitter's Ray credentials, by reference to the infra stack's Secret (keyed by the token's variable,
+    workloads/ray_auth.py); none without token authentication (then the NetworkPolicies alone fence the head)."""
     if not secret_name:
         return []
     return [
-        k8s.core.v1.EnvVarArgs(name=RAY_AUTH_MODE_ENV, value="token"),
+        k8s.core.v1.EnvVarArgs(name=AUTH_MODE_ENV, value="token"),
         k8s.core.v1.EnvVarArgs(
-            name=RAY_AUTH_TOKEN_ENV,
+            name=AUTH_TOKEN_ENV,
             value_from=k8s.core.v1.EnvVarSourceArgs(
-                secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=secret_name, key=RAY_AUTH_TOKEN_ENV)
+                secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=secret_name, key=AUTH_TOKEN_ENV)
             ),
         ),
     ]

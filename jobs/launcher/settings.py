@@ -260,7 +260,7 @@ class JobSettings:
     eval_base: bool = True
     eval_final: bool = True
     # Steps to run again under a new submission id and outcome record (`<id>-rerunN`, `<step>.rerunN.json`): the
-    # step name and its rerun number, in the order given. launcher.pipeline checks the names against the run's steps.
+    # step name and its rerun number, in the order given. launcher.steps checks the names against the run's steps.
     rerun: tuple[tuple[str, int], ...] = ()
     # The Hugging Face model the run trains (policy.model_name and the tokenizer's name); "" is the recipe's own.
     model: str = ""

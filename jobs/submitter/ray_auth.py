@@ -1,4 +1,5 @@
-"""Ray's token authentication (Ray >= 2.52), as the submitter speaks it.
+"""Ray's token authentication (Ray >= 2.52), the jobs project's one copy: launcher/job.py sets these variables on
+the submitter pod; ray_submit.py, admission.py and wait_for_workers.py, shipped beside this package, read them.
 
 With ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` in the environment, every request carries the token, as Ray's own
 clients send it. A cluster that answers 401 (no token sent) or 403 (not its token) ends the run at once with exit

@@ -18,15 +18,10 @@ import pytest
 from conftest import ROOT
 from launcher import performance
 from launcher.cost import run_estimate
-from launcher.pipeline import (
-    benchmark_dataset_dir,
-    benchmark_summary_command,
-    entrypoint_text,
-    measured_steps,
-    pipeline_script,
-    pipeline_steps,
-)
+from launcher.paths import benchmark_dataset_dir
+from launcher.script import benchmark_summary_command, measured_steps, pipeline_script
 from launcher.settings import DEFAULT_BENCHMARK_RECIPES, FLAT_DATA, ConfigError, build_job_settings
+from launcher.steps import entrypoint_text, pipeline_steps
 from test_nemo_rl_loader import RELEASES, infra, stack_values  # noqa: F401 (the module fixture)
 from upstream import reference, resolve_with_nemo_rl
 

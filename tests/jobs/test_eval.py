@@ -18,17 +18,10 @@ from typing import Any
 import pytest
 import yaml
 from conftest import ROOT, shared_infra_run
-from launcher.pipeline import (
-    EVAL_CONFIG,
-    EVAL_ENTRYPOINT,
-    TRAINING_PROMPT_FILE,
-    Step,
-    entrypoint_text,
-    eval_summary_show_command,
-    pipeline_script,
-    pipeline_steps,
-)
+from launcher.overrides import TRAINING_PROMPT_FILE
+from launcher.script import eval_summary_show_command, pipeline_script
 from launcher.settings import ConfigError, InfraOutputs, JobSettings, build_infra_outputs, build_job_settings
+from launcher.steps import EVAL_CONFIG, EVAL_ENTRYPOINT, Step, entrypoint_text, pipeline_steps
 from script_loader import load_script
 from upstream import nemo_rl_python, reference, resolve_with_nemo_rl
 

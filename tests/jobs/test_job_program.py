@@ -15,17 +15,11 @@ import pytest
 from conftest import ROOT, shared_infra_run
 from fake_tools import fake_env, fake_tools
 from launcher.job import SCRIPT_FILES
-from launcher.pipeline import (
-    SCRIPTS_MOUNT,
-    SUBMITTER,
-    SUBMITTER_PACKAGE,
-    entrypoint_text,
-    grpo_overrides,
-    pipeline_script,
-    pipeline_steps,
-    rerun_warnings,
-)
+from launcher.overrides import grpo_overrides
+from launcher.paths import SCRIPTS_MOUNT, SUBMITTER_PACKAGE
+from launcher.script import SUBMITTER, pipeline_script
 from launcher.settings import ConfigError, InfraOutputs, build_infra_outputs, build_job_settings
+from launcher.steps import entrypoint_text, pipeline_steps, rerun_warnings
 from script_loader import load_script
 from upstream import reference
 
@@ -526,8 +520,8 @@ def test_job_stack_files_match_their_infra_stacks():
     for stack in ("dev", "h200", "b200"):
         _, config = load_stack_config(JOBS, stack)
         assert config["nemo-rl-jobs:infraStack"].endswith(f"/nemo-rl-gke/{stack}")
-    # The job stacks of their own name each run on the infra stack tools/plan.py pairs them with.
-    from tools.plan import JOB_EXAMPLE_STACKS
+    # The job stacks of their own name each run on the infra stack tools/plan_stacks.py pairs them with.
+    from tools.plan_stacks import JOB_EXAMPLE_STACKS
 
     for stack, infra in JOB_EXAMPLE_STACKS.items():
         _, config = load_stack_config(JOBS, stack)

@@ -12,8 +12,9 @@ from typing import Any
 import pulumi
 import pytest
 from conftest import ROOT, shared_infra_run
-from launcher.pipeline import entrypoint_text, model_notes, pipeline_steps
+from launcher.overrides import model_notes
 from launcher.settings import ConfigError, InfraOutputs, JobSettings, build_infra_outputs, build_job_settings
+from launcher.steps import entrypoint_text, pipeline_steps
 
 from tools.offline import load_stack_config, run_program
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import upstream
 from conftest import ROOT, shared_infra_run
-from launcher.pipeline import entrypoint_text, pipeline_steps, recipe_notes
+from launcher.overrides import recipe_notes
 from launcher.settings import (
     FLAT_DATA,
     ConfigError,
@@ -23,6 +23,7 @@ from launcher.settings import (
     build_infra_outputs,
     build_job_settings,
 )
+from launcher.steps import entrypoint_text, pipeline_steps
 from script_loader import load_script
 from upstream import NemoRlRefusedError, reference, resolve_with_nemo_rl
 

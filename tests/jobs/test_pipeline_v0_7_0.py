@@ -13,7 +13,7 @@ from launcher.settings import ConfigError, build_infra_outputs, build_job_settin
 from test_nemo_rl_loader import entry_args, resolve, stack_values
 from upstream import NemoRlRefusedError, reference, resolve_with_nemo_rl
 
-from tools.plan import run_plan
+from tools.plan_run import run_plan
 
 V070_IMAGE = "nvcr.io/nvidia/nemo-rl:v0.7.0"
 STACKS = ("dev", "h200", "b200")

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, shared_infra_run
-from launcher.pipeline import pipeline_steps, submit_command
+from launcher.script import submit_command
 from launcher.settings import InfraOutputs, build_infra_outputs, build_job_settings
+from launcher.steps import pipeline_steps
 from ray_head import HEAD_GPUS, place_held
 from ray_v0_7_0 import RAY_VERSION, TOKEN, WITH_TOKEN
 from test_runtime_env_on_ray import DRIVER, OLD_RUNTIME_ENV, as_submitted, submit, submit_all, submit_flags

@@ -805,7 +805,8 @@ def test_an_api_that_never_answers_is_given_up_within_the_stop_timeout(
 def test_the_printed_stop_command_stops_the_newest_attempt(jobs_address: str, client: Any) -> None:
     """The job stack's rayJobCommands, run as printed (address aside) with the real `ray` CLI: after a retry the
     running attempt is ID-r1, and that is the one stopped; ID itself is never looked for again."""
-    from launcher.pipeline import Step, ray_job_command
+    from launcher.script import ray_job_command
+    from launcher.steps import Step
 
     sid = _new_id("printed")
     client.submit_job(entrypoint="exit 3", submission_id=sid)

@@ -129,8 +129,8 @@ def test_the_worker_wait_succeeds_with_the_token(v070_python: Path, v070_address
 @pytest.mark.parametrize(
     ("credentials", "says"),
     [
-        (NO_TOKEN, "the Ray head requires a token and this client has none"),
-        (WRONG_TOKEN, "the Ray head refused the token: RAY_AUTH_TOKEN is not this cluster's token"),
+        (NO_TOKEN, "the Ray cluster requires a token (HTTP 401) and this client sent none"),
+        (WRONG_TOKEN, "the Ray cluster refused the token (HTTP 403): RAY_AUTH_TOKEN is not this cluster's token"),
     ],
     ids=["none", "wrong"],
 )

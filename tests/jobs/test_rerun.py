@@ -18,15 +18,9 @@ from typing import Any
 import pytest
 from conftest import ROOT, shared_infra_run
 from fake_tools import fake_env, fake_tools
-from launcher.pipeline import (
-    SUBMITTER,
-    outcome_record,
-    pipeline_script,
-    pipeline_steps,
-    rerun_warnings,
-    submit_command,
-)
+from launcher.script import SUBMITTER, outcome_record, pipeline_script, submit_command
 from launcher.settings import ConfigError, InfraOutputs, build_infra_outputs, build_job_settings
+from launcher.steps import pipeline_steps, rerun_warnings
 from ray_head import place_held
 from submitter import errors
 from submitter.records import rerun_hint
@@ -71,7 +65,7 @@ def test_a_rerun_gives_the_step_a_new_id_and_record_and_leaves_the_others(infra:
 
 
 def test_a_train_rerun_keeps_its_retry_budget_under_the_new_id(infra: InfraOutputs) -> None:
-    from launcher.pipeline import attempt_ids
+    from launcher.steps import attempt_ids
 
     job = job_with(infra, rerun={"train": 1}, maxRestarts=2)
     train = by_name(pipeline_steps(job, infra))["train"]

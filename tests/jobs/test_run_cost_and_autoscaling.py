@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 from conftest import run_infra_stack, shared_infra_run
 from launcher.cost import run_estimate
-from launcher.pipeline import pipeline_script, pipeline_steps
+from launcher.script import pipeline_script
 from launcher.settings import (
     EVAL_MINUTES,
     ConfigError,
     build_infra_outputs,
     build_job_settings,
 )
+from launcher.steps import pipeline_steps
 
 
 @pytest.fixture(scope="module")

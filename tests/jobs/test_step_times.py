@@ -10,7 +10,7 @@ from launcher import performance, step_times
 from launcher.step_times import B200, GEMMA3_27B_RECIPE, H200, PUBLISHED, QWEN_1P5B_RECIPE, estimate
 from upstream import reference
 
-from tools import plan
+from tools import render
 
 
 def gemma(gpu_type: str = H200, **changes: object) -> step_times.StepEstimate:
@@ -179,13 +179,13 @@ def test_cost_txt_counts_steps_and_evaluations_on_separate_lines():
         "stepGpuHours": 41.89, "stepUsd": 500.21, "evals": 2, "evalMinutes": 16, "evalGpuHours": 4.27,
         "evalUsd": 50.95, "gpuHours": 46.16, "usd": 551.16, "priceFrom": "table", "notes": [],
     }  # fmt: skip
-    lines = plan.run_lines(run)
+    lines = render.run_lines(run)
     assert lines[0] == "one run, training steps: 2 GPU node(s) x 10 steps x 942.51 s = 41.89 GPU-hours, $500.21"
     assert lines[1] == "one run, evaluations: 2 GPU node(s) x 2 evaluation(s), 16 min = 4.27 GPU-hours, $50.95"
     assert lines[2].startswith("one run, steps and evaluations: 46.16 GPU-hours, $551.16 (not counted: the wait")
     unknown = {**run, "secondsPerStep": None, "stepGpuHours": None, "stepUsd": None, "gpuHours": None, "usd": None,
                "notes": ["seconds per step unknown for X: set the job setting secondsPerStep"]}  # fmt: skip
-    text = "\n".join(plan.run_lines(unknown))
+    text = "\n".join(render.run_lines(unknown))
     assert "x unknown s (set secondsPerStep) = unknown GPU-hours, unknown" in text
     assert "one run, steps and evaluations: unknown GPU-hours, unknown" in text
     assert "4.27 GPU-hours, $50.95" in text and "note: seconds per step unknown" in text
@@ -194,7 +194,7 @@ def test_cost_txt_counts_steps_and_evaluations_on_separate_lines():
 
 @pytest.mark.parametrize("stack", ["h200", "b200"])
 def test_the_shipped_gemma_plans_use_the_sourced_figure_everywhere(stack: str):
-    from tools.plan import ROOT
+    from tools.plan_stacks import ROOT
 
     golden = ROOT / "tests" / "golden" / stack
     cost = (golden / "cost.txt").read_text()

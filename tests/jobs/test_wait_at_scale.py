@@ -16,7 +16,7 @@ CHECK = """
 import json, sys
 from types import SimpleNamespace
 import ray.util.state, ray.util.state.common
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = sys.argv[1:]  # tests/, and jobs/ for the submitter package that ships beside the script
 from script_loader import load_script
 wfw = load_script("jobs/wait_for_workers.py", "wait_for_workers")
 alive = [SimpleNamespace(state="ALIVE", resources_total={"GPU": 8.0}) for _ in range(128)]
@@ -38,7 +38,11 @@ print(json.dumps({
 
 def test_the_node_listing_is_not_cut_at_rays_default_limit():
     done = subprocess.run(
-        [sys.executable, "-c", CHECK, str(ROOT / "tests")], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", CHECK, str(ROOT / "tests"), str(ROOT / "jobs")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
-from launcher.pipeline import wait_for_workers
+from launcher.steps import wait_for_workers
 from ray_head import HEAD_GPUS, closed_port
 from script_loader import load_script
 
