@@ -63,10 +63,6 @@ _DNS_LABEL = r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$"
 _ZONE_RE = r"^([a-z]+-[a-z]+[0-9]+)-[a-z]$"
 # A Compute Engine image: its name (in the stack's project) or its full resource path.
 _DISK_IMAGE_RE = r"^(?:projects/([a-z][-a-z0-9]{4,28}[a-z0-9])/global/images/)?([a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$"
-DEFAULT_RDMA_RANGES = tuple(f"192.168.{n}.0/24" for n in range(1, 9))
-# Idle GPU workers are released after this long by default; GPU nodes take minutes to come back, so not KubeRay's
-# 60 s (which stays the shortest allowed).
-DEFAULT_IDLE_TIMEOUT_SECONDS = 600
 
 
 def _empty_is_none(value: Any) -> Any:
@@ -178,7 +174,7 @@ class NetworkRanges(_Keys):
     gvnic_subnet: PrivateRange = Field("192.168.0.0/24", alias="gvnicSubnet")
     """Second gVNIC; also the only source the gVNIC firewall admits."""
     rdma_subnets: Annotated[tuple[PrivateRange, ...], Shown("`192.168.1.0/24` … `192.168.8.0/24`")] = Field(
-        DEFAULT_RDMA_RANGES, alias="rdmaSubnets"
+        tuple(f"192.168.{n}.0/24" for n in range(1, 9)), alias="rdmaSubnets"
     )
     """Exactly 8 ranges, one per RDMA NIC, in GPU order."""
     lustre_peering: PrivateRange = Field("10.32.0.0/20", alias="lustrePeering")
@@ -256,10 +252,6 @@ def check_fits(
             resources.memory,
             f"at most {memory_free / 2**30:.0f}Gi on {machine_type} ({memory_gb} GB)",
         )
-
-
-def _default(model: type[_Keys]) -> Any:
-    return Field(default_factory=lambda: model.model_validate({}))
 
 
 class InfraSettings(_Keys):
@@ -429,7 +421,7 @@ class InfraSettings(_Keys):
     default) means by `gpuProvisioning`."""
     idle_timeout_seconds: Annotated[
         WholeNumber, Field(alias="rayIdleTimeoutSeconds", ge=60, le=86_400), Allowed("60..86400 seconds")
-    ] = DEFAULT_IDLE_TIMEOUT_SECONDS
+    ] = 600  # GPU nodes take minutes to come back: not KubeRay's 60 s (the shortest allowed)
     """With `rayAutoscaling`: seconds a GPU worker may sit idle before it is released; 60..86400."""
     tensorboard: Flag = True
     """Serve every run's TensorBoard event files from Lustre (read-only) with one TensorBoard on the CPU pool, reached
@@ -476,7 +468,7 @@ class InfraSettings(_Keys):
     `61.50`; empty means the price table's list rate. It replaces the table's rate (for a reservation, the range from
     the largest published discount to the on-demand list rate) for the GPU nodes in `estimatedCost` and the job
     stack's `estimatedRun`, and the plan says the figure is yours."""
-    lustre: LustreSettings = _default(LustreSettings)
+    lustre: LustreSettings = Field(default_factory=lambda: LustreSettings.model_validate({}))
     """Object."""
     ranges: NetworkRanges = Field(default_factory=lambda: NetworkRanges.model_validate({}), alias="networkRanges")
     """Object."""
