@@ -18,6 +18,7 @@ from infra.gke_rules import (
 from infra.iam import grant_project_roles
 from infra.network import POD_RANGE_NAME, SERVICE_RANGE_NAME, Networks
 from infra.services import ProjectServices
+from infra.settings import InfraSettings
 
 # What a node needs and nothing more: write logs and metrics, read its own metadata, pull images.
 NODE_ROLES = (
@@ -40,23 +41,9 @@ SHIELDED_NODE = {"enable_secure_boot": True, "enable_integrity_monitoring": True
 
 @dataclass(frozen=True)
 class ClusterArgs:
-    name: str
-    project: str
-    region: str
-    zone: str
-    gke_version: str
-    release_channel: str
-    deletion_protection: bool
-    cpu_machine_type: str
-    cpu_min_nodes: int
-    cpu_max_nodes: int
+    settings: InfraSettings
     networks: Networks
     services: ProjectServices
-    maintenance_window_start: str  # HH:MM, UTC
-    maintenance_exclusion: str | None  # an exclusion scope, until the end of the minor's support
-    private_nodes: bool = True
-    authorized_networks: tuple[str, ...] = ()  # empty: the control plane's IP endpoint is off
-    database_encryption_key: str | None = None  # Cloud KMS key for application-layer Secrets encryption
     protect: bool = False  # Pulumi's protect on the cluster (protectCompute, infra.day2.compute_locks)
 
 
@@ -168,14 +155,14 @@ class GkeCluster(pulumi.ComponentResource):
 
         self.node_service_account = gcp.serviceaccount.Account(
             f"{name}-nodes",
-            account_id=f"{args.name}-nodes",
-            display_name=f"GKE nodes of {args.name}",
-            project=args.project,
+            account_id=f"{args.settings.cluster_name}-nodes",
+            display_name=f"GKE nodes of {args.settings.cluster_name}",
+            project=args.settings.project,
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.services.needed_by("iam")),
         )
         self.node_roles = grant_project_roles(
             f"{name}-nodes",
-            args.project,
+            args.settings.project,
             self.node_service_account.member,
             NODE_ROLES,
             parent=self,
@@ -185,24 +172,24 @@ class GkeCluster(pulumi.ComponentResource):
         # GKE's service agent must be able to use the KMS key before the cluster is created with it. The agent
         # exists once the Kubernetes Engine API is on.
         self.kms_binding = None
-        if args.database_encryption_key:
+        if args.settings.database_encryption_key:
             project_number = gcp.organizations.get_project_output(
-                project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
+                project_id=args.settings.project, opts=pulumi.InvokeOutputOptions(parent=self)
             ).number
             self.kms_binding = gcp.kms.CryptoKeyIAMMember(
                 f"{name}-secrets-key",
-                crypto_key_id=args.database_encryption_key,
+                crypto_key_id=args.settings.database_encryption_key,
                 role=KMS_ENCRYPTER_DECRYPTER_ROLE,
                 member=project_number.apply(lambda number: f"serviceAccount:{gke_service_agent(str(number))}"),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=args.services.needed_by("container")),
             )
-        endpoints, authorized_networks = control_plane_access(args.authorized_networks)
+        endpoints, authorized_networks = control_plane_access(args.settings.authorized_networks)
 
         self.cluster = gcp.container.Cluster(
             name,
-            name=args.name,
-            project=args.project,
-            location=args.region,
+            name=args.settings.cluster_name,
+            project=args.settings.project,
+            location=args.settings.region,
             network=args.networks.cluster_network.id,
             subnetwork=args.networks.cluster_subnet.id,
             networking_mode="VPC_NATIVE",
@@ -213,7 +200,7 @@ class GkeCluster(pulumi.ComponentResource):
             datapath_provider="ADVANCED_DATAPATH",
             enable_multi_networking=True,
             workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
-                workload_pool=f"{args.project}.svc.id.goog"
+                workload_pool=f"{args.settings.project}.svc.id.goog"
             ),
             addons_config=gcp.container.ClusterAddonsConfigArgs(
                 ray_operator_configs=[
@@ -242,13 +229,15 @@ class GkeCluster(pulumi.ComponentResource):
                 enable_components=list(MONITORING_COMPONENTS),
                 managed_prometheus=gcp.container.ClusterMonitoringConfigManagedPrometheusArgs(enabled=True),
             ),
-            release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
-            min_master_version=args.gke_version,
-            maintenance_policy=maintenance_policy(args.maintenance_window_start, args.maintenance_exclusion),
+            release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.settings.release_channel),
+            min_master_version=args.settings.gke_version,
+            maintenance_policy=maintenance_policy(
+                args.settings.maintenance_window_start, args.settings.maintenance_exclusion
+            ),
             # Nodes without external IPs (Private Service Connect: no control-plane CIDR to pick); Cloud NAT gives
             # them the internet. Pulumi's docs advise leaving the block out rather than setting it false.
             private_cluster_config=gcp.container.ClusterPrivateClusterConfigArgs(enable_private_nodes=True)
-            if args.private_nodes
+            if args.settings.private_nodes
             else None,
             control_plane_endpoints_config=endpoints,
             master_authorized_networks_config=authorized_networks,
@@ -259,7 +248,7 @@ class GkeCluster(pulumi.ComponentResource):
                 )
             ),
             enable_shielded_nodes=True,
-            database_encryption=database_encryption(args.database_encryption_key),
+            database_encryption=database_encryption(args.settings.database_encryption_key),
             # Node pools are managed below; the default pool only exists while the cluster is created.
             remove_default_node_pool=True,
             initial_node_count=1,
@@ -268,7 +257,7 @@ class GkeCluster(pulumi.ComponentResource):
                 oauth_scopes=[CLOUD_PLATFORM_SCOPE],
                 shielded_instance_config=gcp.container.ClusterNodeConfigShieldedInstanceConfigArgs(**SHIELDED_NODE),
             ),
-            deletion_protection=args.deletion_protection,
+            deletion_protection=args.settings.deletion_protection,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 # GKE turns on system logging and monitoring at creation: those APIs must be on too.
@@ -285,20 +274,20 @@ class GkeCluster(pulumi.ComponentResource):
         self.cpu_pool = gcp.container.NodePool(
             f"{name}-cpu",
             name=CPU_POOL_NAME,
-            project=args.project,
+            project=args.settings.project,
             cluster=self.cluster.id,
-            location=args.region,
+            location=args.settings.region,
             # The head sits in the GPU zone, beside the workers and the zonal Lustre instance.
-            node_locations=[args.zone],
-            initial_node_count=args.cpu_min_nodes,
+            node_locations=[args.settings.zone],
+            initial_node_count=args.settings.cpu_pool_min_nodes,
             autoscaling=gcp.container.NodePoolAutoscalingArgs(
-                total_min_node_count=args.cpu_min_nodes,
-                total_max_node_count=args.cpu_max_nodes,
+                total_min_node_count=args.settings.cpu_pool_min_nodes,
+                total_max_node_count=args.settings.cpu_pool_max_nodes,
                 location_policy="BALANCED",
             ),
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
             node_config=gcp.container.NodePoolNodeConfigArgs(
-                machine_type=args.cpu_machine_type,
+                machine_type=args.settings.cpu_machine_type,
                 disk_type="pd-balanced",
                 disk_size_gb=500,  # the NeMo RL image is tens of GB
                 service_account=self.node_service_account.email,

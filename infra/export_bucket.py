@@ -8,14 +8,12 @@ import pulumi
 import pulumi_gcp as gcp
 
 from infra.services import ProjectServices
+from infra.settings import InfraSettings
 
 
 @dataclass(frozen=True)
 class ExportBucketArgs:
-    name: str
-    project: str
-    location: str
-    protect: bool
+    settings: InfraSettings
     services: ProjectServices
 
 
@@ -28,14 +26,14 @@ class ExportBucket(pulumi.ComponentResource):
         # results: protected with protectData, and never emptied by a destroy.
         self.bucket = gcp.storage.Bucket(
             name,
-            name=args.name,
-            project=args.project,
-            location=args.location,
+            name=args.settings.export_bucket_name,
+            project=args.settings.project,
+            location=args.settings.region,
             uniform_bucket_level_access=True,
             public_access_prevention="enforced",
             force_destroy=False,
             opts=pulumi.ResourceOptions(
-                parent=self, protect=args.protect, depends_on=args.services.needed_by("storage")
+                parent=self, protect=args.settings.protect_data, depends_on=args.services.needed_by("storage")
             ),
         )
         self.register_outputs({"bucket": self.bucket.name})

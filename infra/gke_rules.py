@@ -20,12 +20,12 @@ from dataclasses import dataclass
 # channel, is the conservative choice; Cluster Toolkit's A3 Ultra and A4 blueprints pin the same `1.35.` prefix.
 DEFAULT_GKE_VERSION = "1.35"
 
-_GKE_VERSION_RE = re.compile(r"^1\.([0-9]+)(?:\.([0-9]+)-gke\.([0-9]+))?$")
+GKE_VERSION_RE = re.compile(r"^1\.([0-9]+)(?:\.([0-9]+)-gke\.([0-9]+))?$")
 
 
 def parse_gke_version(version: str) -> tuple[int, ...] | None:
     """(minor, patch, gke build) of '1.32.2-gke.1475000'; (minor,) of a bare minor such as '1.35'; None if neither."""
-    match = _GKE_VERSION_RE.match(version)
+    match = GKE_VERSION_RE.match(version)
     if not match:
         return None
     return tuple(int(part) for part in match.groups() if part is not None)

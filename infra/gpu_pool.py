@@ -10,8 +10,8 @@ import pulumi_gcp as gcp
 from infra.cluster import AUTOSCALED_FIELDS, CLOUD_PLATFORM_SCOPE, SHIELDED_NODE, GkeCluster
 from infra.gke_rules import IMAGE_CACHE_DISK_MODE, flex_start_violations
 from infra.network import Networks
-from infra.presets import GpuPreset
 from infra.scale import compact_placement
+from infra.settings import InfraSettings
 
 GPU_POOL_NAME = "gpu-pool"
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
@@ -19,29 +19,20 @@ RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 
 @dataclass(frozen=True)
 class GpuNodePoolArgs:
-    project: str
-    region: str
-    zone: str
-    preset: GpuPreset
-    max_nodes: int
-    provisioning: str  # reservation | spot | flexStart
-    reservation: str | None
+    settings: InfraSettings
     cluster: GkeCluster
     networks: Networks
-    max_run_hours: int | None  # flex-start only: GKE deletes a node this long after it starts
-    # GPU nodes the pool is created with and keeps at least (nodes_at_creation()); 0 autoscales from zero.
-    nodes_at_creation: int = 0
-    image_cache_disk: str = ""  # a disk image holding the NeMo RL image (secondary boot disk), or ""
     protect: bool = False  # Pulumi's protect on the pool (protectCompute, infra.day2.compute_locks)
 
 
-def nodes_at_creation(provisioning: str, ray_autoscaling: bool, ray_workers: int) -> int:
+def nodes_at_creation(settings: InfraSettings) -> int:
     """GPU nodes the pool starts with. A reservation bills its nodes whether they run or not, so without the Ray
     autoscaler the pool is created with the nodes the Ray cluster holds anyway: they boot (and pull the image, see
     workloads/image_prepull.py) while Managed Lustre is still being created, instead of after the Ray cluster asks
     for them. They are also the pool's minimum, or the cluster autoscaler would remove them again before the Ray
     pods arrive (DaemonSet pods do not keep a node). Spot, flex-start and autoscaled Ray start from zero."""
-    return ray_workers if provisioning == "reservation" and not ray_autoscaling else 0
+    fixed = settings.gpu_provisioning == "reservation" and not settings.gpu_autoscaling
+    return settings.ray_worker_replicas if fixed else 0
 
 
 def image_cache_config(disk_image: str) -> dict[str, object]:
@@ -116,7 +107,7 @@ class GpuNodePool(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("nemo-rl-gke:infra:GpuNodePool", name, None, opts)
-        preset, networks = args.preset, args.networks
+        preset, networks = args.settings.preset, args.networks
 
         # NIC order matters: eth1 is the gVNIC, eth2..eth9 the RDMA NICs in GPU order (pods name them so).
         additional_networks = [
@@ -130,24 +121,24 @@ class GpuNodePool(pulumi.ComponentResource):
             for subnet in networks.rdma_subnets
         ]
 
-        min_nodes = args.nodes_at_creation
-        provisioning = provisioning_config(args.provisioning, args.reservation)
-        if args.max_run_hours:
-            provisioning["max_run_duration"] = f"{args.max_run_hours * 3600}s"
-        management = pool_management(args.provisioning)
+        min_nodes = nodes_at_creation(args.settings)
+        provisioning = provisioning_config(args.settings.gpu_provisioning, args.settings.reservation)
+        if args.settings.max_run_hours:
+            provisioning["max_run_duration"] = f"{args.settings.max_run_hours * 3600}s"
+        management = pool_management(args.settings.gpu_provisioning)
         check_flex_start(provisioning, management, min_nodes)
 
         self.pool = gcp.container.NodePool(
             name,
             name=GPU_POOL_NAME,
-            project=args.project,
+            project=args.settings.project,
             cluster=args.cluster.cluster.id,
-            location=args.region,
-            node_locations=[args.zone],
+            location=args.settings.region,
+            node_locations=[args.settings.zone],
             initial_node_count=min_nodes,
             autoscaling=gcp.container.NodePoolAutoscalingArgs(
                 total_min_node_count=min_nodes,
-                total_max_node_count=args.max_nodes,
+                total_max_node_count=args.settings.gpu_nodes,
                 # ANY takes whatever capacity exists (and is what flex-start requires).
                 location_policy="ANY",
             ),
@@ -155,7 +146,9 @@ class GpuNodePool(pulumi.ComponentResource):
             # Reserved capacity has no room for a surge node: upgrade one node at a time in place.
             upgrade_settings=gcp.container.NodePoolUpgradeSettingsArgs(max_surge=0, max_unavailable=1),
             network_config=gcp.container.NodePoolNetworkConfigArgs(additional_node_network_configs=additional_networks),
-            placement_policy=placement_policy(args.provisioning, preset.machine_type, args.max_nodes),
+            placement_policy=placement_policy(
+                args.settings.gpu_provisioning, preset.machine_type, args.settings.gpu_nodes
+            ),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=preset.machine_type,
                 guest_accelerators=[
@@ -177,7 +170,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 ),
                 # Secure boot holds with GKE's own (signed) GPU drivers, as in Cluster Toolkit's A3 Ultra/A4 pools.
                 shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(**SHIELDED_NODE),
-                **image_cache_config(args.image_cache_disk),  # type: ignore[arg-type]
+                **image_cache_config(args.settings.image_cache_disk),  # type: ignore[arg-type]
                 **provisioning,  # type: ignore[arg-type]
             ),
             opts=pulumi.ResourceOptions(

@@ -9,20 +9,15 @@ import pulumi
 import pulumi_gcp as gcp
 
 from infra.services import ProjectServices
-from infra.settings import LustreSettings
+from infra.settings import InfraSettings
 
 LUSTRE_PREVENT_DELETION = "PREVENT"
 
 
 @dataclass(frozen=True)
 class LustreArgs:
-    instance_id: str
-    project: str
-    zone: str
-    settings: LustreSettings
-    peering_range: str  # a /20 for private services access
+    settings: InfraSettings
     network_id: pulumi.Input[str]  # the cluster VPC, as projects/{p}/global/networks/{n}
-    protect: bool
     services: ProjectServices
 
 
@@ -41,12 +36,12 @@ class ManagedLustre(pulumi.ComponentResource):
         super().__init__("nemo-rl-gke:infra:ManagedLustre", name, None, opts)
         services = args.services
         child = pulumi.ResourceOptions(parent=self, depends_on=services.needed_by("compute"))
-        peering = ipaddress.ip_network(args.peering_range)
+        peering = ipaddress.ip_network(args.settings.ranges.lustre_peering)
 
         self.peering_range = gcp.compute.GlobalAddress(
             f"{name}-range",
-            name=f"{args.instance_id}-range",
-            project=args.project,
+            name=f"{args.settings.lustre_instance_id}-range",
+            project=args.settings.project,
             purpose="VPC_PEERING",
             address_type="INTERNAL",
             address=str(peering.network_address),
@@ -68,8 +63,8 @@ class ManagedLustre(pulumi.ComponentResource):
         # range on the Lustre ports, 988 and the legacy 6988 the GKE driver uses. Nothing else, nowhere else.
         self.firewall = gcp.compute.Firewall(
             f"{name}-ingress",
-            name=f"{args.instance_id}-ingress",
-            project=args.project,
+            name=f"{args.settings.lustre_instance_id}-ingress",
+            project=args.settings.project,
             network=args.network_id,
             direction="INGRESS",
             # From the address resource, not the config: the firewall follows the range actually reserved.
@@ -83,17 +78,17 @@ class ManagedLustre(pulumi.ComponentResource):
         )
         self.instance = gcp.lustre.Instance(
             name,
-            instance_id=args.instance_id,
-            project=args.project,
-            location=args.zone,
+            instance_id=args.settings.lustre_instance_id,
+            project=args.settings.project,
+            location=args.settings.zone,
             network=args.network_id,
-            capacity_gib=str(args.settings.capacity_gib),
-            per_unit_storage_throughput=str(args.settings.throughput_mbps_per_tib),
-            filesystem=args.settings.filesystem,
+            capacity_gib=str(args.settings.lustre.capacity_gib),
+            per_unit_storage_throughput=str(args.settings.lustre.throughput_mbps_per_tib),
+            filesystem=args.settings.lustre.filesystem,
             gke_support_enabled=True,
             # A second lock beside Pulumi's protect: the provider refuses to delete the instance (destroy or
             # replacement) while its state says PREVENT. Lifted by setting protectData false and running `pulumi up`.
-            deletion_policy=LUSTRE_PREVENT_DELETION if args.protect else None,
+            deletion_policy=LUSTRE_PREVENT_DELETION if args.settings.protect_data else None,
             # The instance can only be created once the peering exists; nothing carries that as data. A replacement
             # (allowed, protectData off) deletes the old instance first: the new one has the same instance_id, which
             # the API would refuse while the old one exists, and pulumi-terraform-bridge asks for delete-first only
@@ -101,7 +96,7 @@ class ManagedLustre(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=[self.peering, *services.needed_by("lustre")],
-                protect=args.protect,
+                protect=args.settings.protect_data,
                 delete_before_replace=True,
             ),
         )

@@ -9,6 +9,7 @@ import pulumi_gcp as gcp
 
 from infra.network import Networks
 from infra.services import ProjectServices
+from infra.settings import InfraSettings
 
 # Private nodes have no external IP, yet pull the NeMo RL image from nvcr.io and models and datasets from Hugging
 # Face. Google APIs need no NAT (the cluster subnet has Private Google Access). The gVNIC and RDMA VPCs carry only
@@ -18,9 +19,7 @@ NAT_SOURCE_RANGES = ["ALL_IP_RANGES"]  # the subnet's primary (node) range and i
 
 @dataclass(frozen=True)
 class ClusterEgressArgs:
-    name_prefix: str
-    project: str
-    region: str
+    settings: InfraSettings
     networks: Networks
     services: ProjectServices
 
@@ -38,17 +37,17 @@ class ClusterEgress(pulumi.ComponentResource):
 
         self.router = gcp.compute.Router(
             f"{name}-router",
-            name=f"{args.name_prefix}-router",
-            project=args.project,
-            region=args.region,
+            name=f"{args.settings.cluster_name}-router",
+            project=args.settings.project,
+            region=args.settings.region,
             network=networks.cluster_network.id,
             opts=child,
         )
         self.nat = gcp.compute.RouterNat(
             f"{name}-nat",
-            name=f"{args.name_prefix}-nat",
-            project=args.project,
-            region=args.region,
+            name=f"{args.settings.cluster_name}-nat",
+            project=args.settings.project,
+            region=args.settings.region,
             router=self.router.name,
             nat_ip_allocate_option="AUTO_ONLY",
             # Named subnets only, so a subnet added to the VPC later gets no internet access by accident.

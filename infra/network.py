@@ -9,7 +9,7 @@ import pulumi_gcp as gcp
 
 from infra.gke_rules import GVNIC_MTU
 from infra.services import ProjectServices
-from infra.settings import NetworkRanges
+from infra.settings import InfraSettings
 
 POD_RANGE_NAME = "pods"
 SERVICE_RANGE_NAME = "services"
@@ -21,11 +21,7 @@ CLUSTER_MTU = 8896
 
 @dataclass(frozen=True)
 class NetworksArgs:
-    name_prefix: str
-    project: str
-    region: str
-    zone: str  # the RoCE network profile is zonal: it pins the RDMA VPC to the GPU zone
-    ranges: NetworkRanges
+    settings: InfraSettings  # its zone: the RoCE network profile is zonal, it pins the RDMA VPC to the GPU zone
     services: ProjectServices
 
 
@@ -47,12 +43,12 @@ class Networks(pulumi.ComponentResource):
         super().__init__("nemo-rl-gke:infra:Networks", name, None, opts)
         # Every child calls the Compute API.
         child = pulumi.ResourceOptions(parent=self, depends_on=args.services.needed_by("compute"))
-        prefix, ranges = args.name_prefix, args.ranges
+        prefix, ranges = args.settings.cluster_name, args.settings.ranges
 
         self.cluster_network = gcp.compute.Network(
             f"{name}-cluster",
             name=f"{prefix}-net",
-            project=args.project,
+            project=args.settings.project,
             auto_create_subnetworks=False,
             mtu=CLUSTER_MTU,
             opts=child,
@@ -60,8 +56,8 @@ class Networks(pulumi.ComponentResource):
         self.cluster_subnet = gcp.compute.Subnetwork(
             f"{name}-cluster",
             name=f"{prefix}-subnet",
-            project=args.project,
-            region=args.region,
+            project=args.settings.project,
+            region=args.settings.region,
             network=self.cluster_network.id,
             ip_cidr_range=ranges.cluster_subnet,
             private_ip_google_access=True,
@@ -77,7 +73,7 @@ class Networks(pulumi.ComponentResource):
         self.gvnic_network = gcp.compute.Network(
             f"{name}-gvnic",
             name=f"{prefix}-gvnic-net",
-            project=args.project,
+            project=args.settings.project,
             auto_create_subnetworks=False,
             mtu=GVNIC_MTU,
             opts=child,
@@ -85,8 +81,8 @@ class Networks(pulumi.ComponentResource):
         self.gvnic_subnet = gcp.compute.Subnetwork(
             f"{name}-gvnic",
             name=f"{prefix}-gvnic-sub",
-            project=args.project,
-            region=args.region,
+            project=args.settings.project,
+            region=args.settings.region,
             network=self.gvnic_network.id,
             ip_cidr_range=ranges.gvnic_subnet,
             opts=child,
@@ -95,7 +91,7 @@ class Networks(pulumi.ComponentResource):
         self.gvnic_firewall = gcp.compute.Firewall(
             f"{name}-gvnic-internal",
             name=f"{prefix}-gvnic-internal",
-            project=args.project,
+            project=args.settings.project,
             network=self.gvnic_network.id,
             direction="INGRESS",
             source_ranges=[ranges.gvnic_subnet],
@@ -110,9 +106,9 @@ class Networks(pulumi.ComponentResource):
         self.rdma_network = gcp.compute.Network(
             f"{name}-rdma",
             name=f"{prefix}-rdma-net",
-            project=args.project,
+            project=args.settings.project,
             auto_create_subnetworks=False,
-            network_profile=roce_network_profile(args.project, args.zone),
+            network_profile=roce_network_profile(args.settings.project, args.settings.zone),
             mtu=RDMA_MTU,
             opts=child,
         )
@@ -121,8 +117,8 @@ class Networks(pulumi.ComponentResource):
             gcp.compute.Subnetwork(
                 f"{name}-rdma-{n}",
                 name=f"{prefix}-rdma-sub-{n}",
-                project=args.project,
-                region=args.region,
+                project=args.settings.project,
+                region=args.settings.region,
                 network=self.rdma_network.id,
                 ip_cidr_range=cidr,
                 opts=child,

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+# The keys of GPU_PRESETS and CPU_MACHINES, as types the settings check values against.
+GpuType = Literal["nvidia-b200", "nvidia-h200-141gb"]
+CpuMachineType = Literal[
+    "c3-highmem-88", "c3-standard-88", "n2-highmem-128", "n2-highmem-32", "n2-highmem-48", "n2-highmem-64",
+    "n2-highmem-80", "n2-highmem-96", "n2-standard-32", "n2-standard-64", "n2-standard-80",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class GpuPreset:
     """One GKE accelerator label and the machine shape that carries it."""
 
-    gpu_type: str  # GKE accelerator label, also the node label value
+    gpu_type: GpuType  # GKE accelerator label, also the node label value
     machine_type: str
     gpus_per_node: int
     vcpus: int
@@ -27,7 +35,7 @@ class GpuPreset:
 BOOT_DISK_GIB = 500
 CPU_BOOT_DISK_TYPE = "pd-balanced"
 
-GPU_PRESETS: dict[str, GpuPreset] = {
+GPU_PRESETS: dict[GpuType, GpuPreset] = {
     preset.gpu_type: preset
     for preset in (
         GpuPreset(
@@ -60,7 +68,7 @@ class CpuMachine:
 
 
 # CPU machine types we size the Ray head against. Figures are GCE's published shapes.
-CPU_MACHINES: dict[str, CpuMachine] = {
+CPU_MACHINES: dict[CpuMachineType, CpuMachine] = {
     "n2-highmem-32": CpuMachine(vcpus=32, memory_gb=256),
     "n2-highmem-48": CpuMachine(vcpus=48, memory_gb=384),
     "n2-highmem-64": CpuMachine(vcpus=64, memory_gb=512),

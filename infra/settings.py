@@ -1,24 +1,53 @@
-"""The infra project's settings: read once from Pulumi config, validated before any resource exists."""
+"""The infra project's settings: one pydantic model read once from Pulumi config, validated before any resource
+exists. Field aliases are the config keys; each field's docstring is its row in docs/configuration.md and its
+description in Pulumi.yaml (tools/config_docs.py writes both)."""
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import json
-import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import pulumi
+from config_rules import (
+    Allowed,
+    ConfigError,
+    Flag,
+    Secret,
+    Shown,
+    Text,
+    UnknownKeyError,
+    WholeNumber,
+    keys_of,
+    object_keys,
+    validated,
+)
+from config_rules import check_keys as check_config_keys
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
-from infra import day2, gke_rules, scale, zones
+from infra import gke_rules, scale, zones
+from infra.day2_effects import EFFECTS_BY_KEY, REPLACEABLE_KEYS
+from infra.keys import ALLOW_REPLACE_KEY, DERIVED_FROM, EXPORT_BUCKET_CREATE
 from infra.nemo_rl_releases import DEFAULT_IMAGE, NEMO_RL_RELEASES, NemoRlRelease, release_for
-from infra.presets import CPU_MACHINES, GPU_PRESETS, CpuMachine, GpuPreset
+from infra.presets import CPU_MACHINES, GPU_PRESETS, CpuMachineType, GpuPreset, GpuType
 from infra.sizing import allocatable_cpu, allocatable_memory_bytes, cpu_cores, memory_bytes
 
-GPU_PROVISIONING_MODES = ("reservation", "spot", "flexStart")
+__all__ = ["EXPORT_BUCKET_CREATE", "ConfigError", "UnknownKeyError"]
+
 # Lustre throughput tiers (MB/s per TiB) -> (minimum, step, step-change point, step above it, maximum) GiB.
 LUSTRE_TIERS: dict[int, tuple[int, int, int, int, int]] = {
     1000: (9_000, 9_000, 1_530_000, 72_000, 10_008_000),
@@ -26,176 +55,81 @@ LUSTRE_TIERS: dict[int, tuple[int, int, int, int, int]] = {
     250: (36_000, 36_000, 6_120_000, 288_000, 40_032_000),
     125: (72_000, 72_000, 12_240_000, 72_000, 12_240_000),
 }
-_CLUSTER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,22}[a-z0-9]$")
-_FILESYSTEM_RE = re.compile(r"^[A-Za-z0-9]{1,8}$")
-_DNS_LABEL_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
-_ZONE_RE = re.compile(r"^([a-z]+-[a-z]+[0-9]+)-[a-z]$")
-_MAINTENANCE_WINDOW_RE = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 _RFC1918 = tuple(ipaddress.IPv4Network(cidr) for cidr in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
-_IMAGE_RE = re.compile(r"^[a-z0-9.\-/:]+:[A-Za-z0-9_.\-]+$")  # repository:tag (the digest is split off first)
+_IMAGE_RE = r"^[a-z0-9.\-/:]+:[A-Za-z0-9_.\-]+$"  # repository:tag (the digest is split off first)
 # An image digest as registries give it: the tag still names the NeMo RL release, the digest pins its bytes.
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-_RAY_VERSION_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
-# A Cloud Storage bucket name without dots (dotted names need domain verification).
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$")
-EXPORT_BUCKET_CREATE = "create"
-
-DEFAULT_RDMA_RANGES = tuple(f"192.168.{n}.0/24" for n in range(1, 9))
+_DIGEST_RE = r"^sha256:[0-9a-f]{64}$"
+_DNS_LABEL = r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$"
+_ZONE_RE = r"^([a-z]+-[a-z]+[0-9]+)-[a-z]$"
+# A Compute Engine image: its name (in the stack's project) or its full resource path.
+_DISK_IMAGE_RE = r"^(?:projects/([a-z][-a-z0-9]{4,28}[a-z0-9])/global/images/)?([a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$"
 
 
-class ConfigError(pulumi.RunError):
-    """A config value that cannot work. Pulumi prints the message alone, without a traceback."""
-
-    def __init__(self, key: str, value: Any, allowed: str) -> None:
-        self.key, self.value, self.allowed = key, value, allowed
-        shown = "is not set" if value is None else f"= {value!r} is not allowed"
-        super().__init__(f"config '{key}' {shown}: {allowed}")
+def _empty_is_none(value: Any) -> Any:
+    return None if value == "" else value
 
 
-class UnknownKeyError(ConfigError):
-    """A config key the program does not read: it would be ignored without a word."""
-
-    def __init__(self, key: str, hint: str) -> None:
-        self.key, self.value, self.allowed = key, None, hint
-        pulumi.RunError.__init__(self, f"config '{key}' is not a key this program reads: {hint}")
+def _price_text(value: Any) -> Any:
+    # As text, so that a boolean is no price (pydantic's float takes True as 1.0).
+    return None if value in ("", None) else str(value)
 
 
-@dataclass(frozen=True)
-class LustreSettings:
-    capacity_gib: int
-    throughput_mbps_per_tib: int
-    filesystem: str
-
-
-@dataclass(frozen=True)
-class NetworkRanges:
-    cluster_subnet: str
-    pods: str
-    services: str
-    gvnic_subnet: str
-    rdma_subnets: tuple[str, ...]
-    lustre_peering: str
-
-
-@dataclass(frozen=True)
-class PodResources:
-    cpu: str
-    memory: str
-
-
-@dataclass(frozen=True)
-class InfraSettings:
-    project: str
-    region: str
-    zone: str
-    preset: GpuPreset
-    gpu_provisioning: str
-    reservation: str | None
-    gpu_nodes: int
-    ray_worker_replicas: int
-    cluster_name: str
-    gke_version: str
-    release_channel: str
-    cpu_machine_type: str
-    cpu_pool_min_nodes: int
-    cpu_pool_max_nodes: int
-    lustre: LustreSettings
-    protect_data: bool
-    deletion_protection: bool
-    ranges: NetworkRanges
-    namespace: str
-    kubernetes_service_account: str
-    nemo_rl_image: str
-    nemo_rl_release: NemoRlRelease | None  # the row of the image's tag; None for a tag we do not know
-    ray_version: str
-    ray_head: PodResources
-    ray_worker: PodResources
-    shm_size: str
-    maintenance_window_start: str
-    maintenance_exclusion: str | None
-    max_run_hours: int | None
-    # KubeRay's in-tree autoscaler: GPU workers from 0 up to rayWorkerReplicas and back to 0 after the idle timeout.
-    gpu_autoscaling: bool
-    idle_timeout_seconds: int
-    export_bucket: str  # "" (no export), "create", or an existing bucket's name
-    # Security of the cluster itself (issue 17): nodes without public IPs (Cloud NAT for egress), the control plane
-    # reached through its IAM-gated DNS endpoint, its IP endpoint off unless authorized networks are given.
-    private_nodes: bool = True
-    authorized_networks: tuple[str, ...] = ()
-    database_encryption_key: str | None = None  # a Cloud KMS key for application-layer Secrets encryption
-    # Keys whose change the user accepts to replace what it replaces (infra/day2.py); empty by default.
-    allow_replace: tuple[str, ...] = ()
-    # Pulumi's protect on the cluster and the GPU pool (lifted per change by allowReplace: infra.stack).
-    protect_compute: bool = True
-    # Keys of day2.DERIVED_FROM the user left unset, whose value the program derived (rayAutoscaling, rayVersion,
-    # rayWorkerReplicas).
-    derived_keys: tuple[str, ...] = ()
-    # The user's own rate for one GPU node-hour (committed use, negotiated); None: the price table's.
-    gpu_node_hourly_price: float | None = None
-    tensorboard: bool = True  # a TensorBoard on the CPU pool over /data, read-only
-    # A disk image holding the NeMo RL image (projects/P/global/images/NAME), given to GPU nodes as a secondary boot
-    # disk in CONTAINER_IMAGE_CACHE mode; "" for none.
-    image_cache_disk: str = ""
-    # What infra/zone_table.json cannot say about the zone (a region it has not read): warned, not refused.
-    zone_notes: tuple[str, ...] = ()
-
-    @property
-    def export_bucket_name(self) -> str:
-        """The bucket trained models are copied to, or "" when there is none."""
-        if self.export_bucket == EXPORT_BUCKET_CREATE:
-            return f"{self.project}-{self.cluster_name}-models"
-        return self.export_bucket
-
-    @property
-    def gke_minor(self) -> str:
-        """Kubernetes minor version the cluster targets, e.g. '1.33'."""
-        return ".".join(self.gke_version.split(".")[:2])
-
-    @property
-    def lustre_instance_id(self) -> str:
-        return f"{self.cluster_name}-lustre"
-
-
-def _require(values: Mapping[str, Any], key: str, what: str) -> Any:
-    value = values.get(key)
-    if value is None or value == "":
-        raise ConfigError(key, value, f"required: {what} (pulumi config set {key} ...)")
-    return value
-
-
-def _as_int(key: str, value: Any) -> int:
+def _private_range(cidr: str) -> str:
     try:
-        if isinstance(value, bool):
-            raise TypeError
-        number = int(str(value))
-    except (TypeError, ValueError):
-        raise ConfigError(key, value, "a whole number") from None
-    return number
-
-
-def _as_bool(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "false"):
-        return text == "true"
-    raise ConfigError(key, value, "true or false")
-
-
-def _network(key: str, value: Any) -> ipaddress.IPv4Network:
-    try:
-        network = ipaddress.ip_network(str(value), strict=True)
+        network = ipaddress.ip_network(cidr, strict=True)
     except ValueError:
-        raise ConfigError(key, value, "an IPv4 CIDR range with no host bits, such as 10.0.0.0/20") from None
+        raise PydanticCustomError("cidr", "an IPv4 CIDR range with no host bits, such as 10.0.0.0/20") from None
     if not isinstance(network, ipaddress.IPv4Network) or not any(network.subnet_of(block) for block in _RFC1918):
-        raise ConfigError(key, value, "a private IPv4 range inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16")
-    return network
+        raise PydanticCustomError(
+            "private_range", "a private IPv4 range inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16"
+        )
+    return cidr
 
 
-def _refuse_unknown_fields(key: str, raw: Mapping[str, Any], known: tuple[str, ...]) -> None:
-    """A field of an object key (as `pulumi config set --path KEY.FIELD` writes it) that nothing reads."""
-    for field in sorted(set(raw) - set(known)):
-        raise UnknownKeyError(f"{key}.{field}", f"{_closest(field, known)} ({key} has {', '.join(known)})")
+def _control_plane_client(cidr: str) -> str:
+    try:
+        network = ipaddress.ip_network(cidr, strict=True)
+    except ValueError:
+        raise PydanticCustomError("cidr", "an IPv4 CIDR range with no host bits, such as 203.0.113.0/24") from None
+    if not isinstance(network, ipaddress.IPv4Network):
+        raise PydanticCustomError("ipv4", "an IPv4 CIDR range (GKE's authorized networks are IPv4)")
+    if network.prefixlen < 8:
+        raise PydanticCustomError(
+            "wide", "a range of /8 or narrower: a wider one opens the control plane to much of the internet"
+        )
+    return cidr
+
+
+def _cpu_quantity(cpu: str) -> str:
+    try:
+        if cpu_cores(cpu) > 0:
+            return cpu
+    except ValueError:
+        pass
+    raise PydanticCustomError("cpu", "a positive Kubernetes CPU quantity such as 64 or 500m")
+
+
+def _memory_quantity(memory: str) -> str:
+    try:
+        if memory_bytes(memory) > 0:
+            return memory
+    except ValueError:
+        pass
+    raise PydanticCustomError("memory", "a positive Kubernetes memory quantity such as 500G or 2400Gi")
+
+
+PrivateRange = Annotated[Text, AfterValidator(_private_range)]
+CpuQuantity = Annotated[Text, AfterValidator(_cpu_quantity)]
+MemoryQuantity = Annotated[Text, AfterValidator(_memory_quantity)]
+# The deployed record (infra/day2.py) has always held "" or 0 for a key left unset.
+_RECORDED_EMPTY = PlainSerializer(lambda value: value or "")
+_RECORDED_ZERO = PlainSerializer(lambda value: value or 0)
+
+
+class _Keys(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", populate_by_name=False, use_attribute_docstrings=True, regex_engine="python-re"
+    )
 
 
 def validate_lustre_capacity(key: str, capacity: int, tier: int) -> None:
@@ -211,86 +145,81 @@ def validate_lustre_capacity(key: str, capacity: int, tier: int) -> None:
         raise ConfigError(key, capacity, f"{rule} at {tier} MB/s/TiB")
 
 
-def _lustre(raw: Any) -> LustreSettings:
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError("lustre", raw, "an object with capacityGib, perUnitStorageThroughput, filesystem")
-    _refuse_unknown_fields("lustre", raw, ("capacityGib", "perUnitStorageThroughput", "filesystem"))
-    tier = _as_int("lustre.perUnitStorageThroughput", raw.get("perUnitStorageThroughput", 500))
-    if tier not in LUSTRE_TIERS:
-        raise ConfigError("lustre.perUnitStorageThroughput", tier, f"one of {sorted(LUSTRE_TIERS)} MB/s per TiB")
-    capacity = _as_int("lustre.capacityGib", raw.get("capacityGib", 18_000))
-    validate_lustre_capacity("lustre.capacityGib", capacity, tier)
-    filesystem = str(raw.get("filesystem", "lustrefs"))
-    if not _FILESYSTEM_RE.match(filesystem):
-        raise ConfigError("lustre.filesystem", filesystem, "1 to 8 letters or digits")
-    return LustreSettings(capacity_gib=capacity, throughput_mbps_per_tib=tier, filesystem=filesystem)
+class LustreSettings(_Keys):
+    capacity_gib: WholeNumber = Field(18_000, alias="capacityGib")
+    """GiB, in the tier's steps: 1000 → 9,000–10,008,000 by 9,000 (by 72,000 above 1,530,000); 500 → 18,000–20,016,000
+    by 18,000 (by 144,000 above 3,060,000); 250 → 36,000–40,032,000 by 36,000 (by 288,000 above 6,120,000); 125 →
+    72,000–12,240,000 by 72,000."""
+    throughput_mbps_per_tib: WholeNumber = Field(500, alias="perUnitStorageThroughput")
+    """MB/s per TiB: `125`, `250`, `500` or `1000`."""
+    filesystem: Annotated[Text, Field(pattern=r"^[A-Za-z0-9]{1,8}$"), Allowed("1 to 8 letters or digits")] = "lustrefs"
+    """1–8 letters or digits."""
+
+    @model_validator(mode="after")
+    def _tier_steps(self) -> LustreSettings:
+        tier = self.throughput_mbps_per_tib
+        if tier not in LUSTRE_TIERS:
+            raise ConfigError("lustre.perUnitStorageThroughput", tier, f"one of {sorted(LUSTRE_TIERS)} MB/s per TiB")
+        validate_lustre_capacity("lustre.capacityGib", self.capacity_gib, tier)
+        return self
 
 
-_RANGE_KEYS = {
-    "clusterSubnet": "10.0.0.0/20",
-    "pods": "10.16.0.0/14",
-    "services": "10.20.0.0/20",
-    "gvnicSubnet": "192.168.0.0/24",
-    "lustrePeering": "10.32.0.0/20",
-}
-
-
-def _ranges(raw: Any) -> NetworkRanges:
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError("networkRanges", raw, f"an object with keys {sorted([*_RANGE_KEYS, 'rdmaSubnets'])}")
-    _refuse_unknown_fields("networkRanges", raw, (*_RANGE_KEYS, "rdmaSubnets"))
-    named = {name: str(raw.get(name, default)) for name, default in _RANGE_KEYS.items()}
-    rdma = raw.get("rdmaSubnets", list(DEFAULT_RDMA_RANGES))
-    if not isinstance(rdma, list) or len(rdma) != 8:
-        raise ConfigError("networkRanges.rdmaSubnets", rdma, "a list of exactly 8 CIDR ranges, one per GPU NIC")
-    parsed: list[tuple[str, ipaddress.IPv4Network]] = [
-        (f"networkRanges.{name}", _network(f"networkRanges.{name}", cidr)) for name, cidr in named.items()
-    ]
-    parsed += [
-        (f"networkRanges.rdmaSubnets[{n}]", _network(f"networkRanges.rdmaSubnets[{n}]", cidr))
-        for n, cidr in enumerate(rdma)
-    ]
-    prefix_of_peering = parsed[4][1].prefixlen
-    if prefix_of_peering != 20:
-        raise ConfigError("networkRanges.lustrePeering", named["lustrePeering"], "a /20 range (Managed Lustre)")
-    for i, (key_a, net_a) in enumerate(parsed):
-        for key_b, net_b in parsed[i + 1 :]:
-            if net_a.overlaps(net_b):
-                raise ConfigError(key_b, str(net_b), f"a range that does not overlap {key_a} ({net_a})")
-    return NetworkRanges(
-        cluster_subnet=named["clusterSubnet"],
-        pods=named["pods"],
-        services=named["services"],
-        gvnic_subnet=named["gvnicSubnet"],
-        rdma_subnets=tuple(str(cidr) for cidr in rdma),
-        lustre_peering=named["lustrePeering"],
+class NetworkRanges(_Keys):
+    cluster_subnet: PrivateRange = Field("10.0.0.0/20", alias="clusterSubnet")
+    """Nodes of the cluster VPC."""
+    pods: PrivateRange = "10.16.0.0/14"
+    """Pod secondary range."""
+    services: PrivateRange = "10.20.0.0/20"
+    """Service secondary range."""
+    gvnic_subnet: PrivateRange = Field("192.168.0.0/24", alias="gvnicSubnet")
+    """Second gVNIC; also the only source the gVNIC firewall admits."""
+    rdma_subnets: Annotated[tuple[PrivateRange, ...], Shown("`192.168.1.0/24` … `192.168.8.0/24`")] = Field(
+        tuple(f"192.168.{n}.0/24" for n in range(1, 9)), alias="rdmaSubnets"
     )
+    """Exactly 8 ranges, one per RDMA NIC, in GPU order."""
+    lustre_peering: PrivateRange = Field("10.32.0.0/20", alias="lustrePeering")
+    """Private services access range for Lustre; must be a /20."""
+
+    @field_validator("rdma_subnets", mode="before")
+    @classmethod
+    def _one_per_nic(cls, rdma: Any) -> Any:
+        if not isinstance(rdma, list | tuple) or len(rdma) != 8:
+            raise ConfigError("networkRanges.rdmaSubnets", rdma, "a list of exactly 8 CIDR ranges, one per GPU NIC")
+        return rdma
+
+    @model_validator(mode="after")
+    def _apart(self) -> NetworkRanges:
+        if ipaddress.ip_network(self.lustre_peering).prefixlen != 20:
+            raise ConfigError("networkRanges.lustrePeering", self.lustre_peering, "a /20 range (Managed Lustre)")
+        ranges = {f"networkRanges.{key}": cidr for key, cidr in self.model_dump(by_alias=True).items()}
+        ranges |= {
+            f"networkRanges.rdmaSubnets[{n}]": cidr for n, cidr in enumerate(ranges.pop("networkRanges.rdmaSubnets"))
+        }
+        parsed = [(key, ipaddress.ip_network(cidr)) for key, cidr in ranges.items()]
+        for i, (key_a, net_a) in enumerate(parsed):
+            for key_b, net_b in parsed[i + 1 :]:
+                if net_a.overlaps(net_b):
+                    raise ConfigError(key_b, str(net_b), f"a range that does not overlap {key_a} ({net_a})")
+        return self
 
 
-def _pod_resources(key: str, raw: Any, default: PodResources) -> PodResources:
-    if raw is None:
-        return default
-    if not isinstance(raw, Mapping):
-        raise ConfigError(key, raw, "an object with keys cpu and memory, e.g. {cpu: 64, memory: 500G}")
-    _refuse_unknown_fields(key, raw, ("cpu", "memory"))
-    cpu, memory = str(raw.get("cpu", default.cpu)), str(raw.get("memory", default.memory))
-    try:
-        if cpu_cores(cpu) <= 0:
-            raise ValueError
-    except ValueError:
-        raise ConfigError(f"{key}.cpu", cpu, "a positive Kubernetes CPU quantity such as 64 or 500m") from None
-    try:
-        if memory_bytes(memory) <= 0:
-            raise ValueError
-    except ValueError:
-        raise ConfigError(
-            f"{key}.memory", memory, "a positive Kubernetes memory quantity such as 500G or 2400Gi"
-        ) from None
-    return PodResources(cpu=cpu, memory=memory)
+class PodResources(_Keys):
+    cpu: CpuQuantity
+    memory: MemoryQuantity
+
+
+class RayHead(PodResources):
+    cpu: CpuQuantity = "64"
+    """The Ray head's CPU (request = limit), a Kubernetes CPU quantity."""
+    memory: MemoryQuantity = "500G"
+    """The Ray head's memory (request = limit), a Kubernetes memory quantity."""
+
+
+class RayWorker(PodResources):
+    cpu: CpuQuantity = "206"
+    """Each GPU worker's CPU (request = limit), a Kubernetes CPU quantity."""
+    memory: MemoryQuantity = "2400Gi"
+    """Each GPU worker's memory (request = limit), a Kubernetes memory quantity."""
 
 
 # The fluent-bit sidecar beside every Ray container: it must fit on the node too.
@@ -300,10 +229,6 @@ LOG_SIDECAR = PodResources(cpu="200m", memory="256Mi")
 AUTOSCALER = PodResources(cpu="500m", memory="512Mi")
 # The pre-pull DaemonSet's container (workloads/image_prepull.py): it only holds the NeMo RL image on every node.
 IMAGE_HOLDER = PodResources(cpu="10m", memory="16Mi")
-# Idle GPU workers are released after this long by default; GPU nodes take minutes to come back, so not KubeRay's
-# 60 s (which stays the shortest allowed).
-DEFAULT_IDLE_TIMEOUT_SECONDS = 600
-IDLE_TIMEOUT_RANGE = (60, 86_400)
 
 
 def check_fits(
@@ -329,455 +254,504 @@ def check_fits(
         )
 
 
-def check_scale(
-    ranges: NetworkRanges,
-    gpu_nodes: int,
-    cpu_max_nodes: int,
-    workers: int,
-    ray_head: PodResources,
-    provisioning: str,
-    machine_type: str,
-) -> None:
-    """What N GPU nodes need (infra/scale.py): address ranges that hold every node, a Ray head sized for the
-    workers, a compact placement group that holds the pool. The first problem is raised."""
-    problems = scale.range_problems(
-        ranges.cluster_subnet,
-        ranges.pods,
-        ranges.services,
-        ranges.gvnic_subnet,
-        ranges.rdma_subnets,
-        gpu_nodes,
-        cpu_max_nodes,
-    )
-    problems += scale.head_problems(ray_head.cpu, ray_head.memory, workers)
-    compact = scale.compact_placement_problem(provisioning, machine_type, gpu_nodes)
-    problems += [compact] if compact else []
-    for problem in problems:
-        raise ConfigError(problem.key, problem.value, problem.allowed)
-
-
-def _shm_size(value: Any, ray_worker: PodResources) -> str:
-    size = str(value)
-    try:
-        shm = memory_bytes(size)
-    except ValueError:
-        raise ConfigError("shmSize", size, "a Kubernetes memory quantity such as 240Gi") from None
-    # Memory-backed emptyDir counts against the container's memory limit.
-    if shm <= 0 or shm >= memory_bytes(ray_worker.memory):
-        raise ConfigError("shmSize", size, f"more than 0 and less than the worker memory ({ray_worker.memory})")
-    return size
-
-
-def _gke_version(
-    value: Any, preset: GpuPreset, provisioning: str, private_nodes: bool, image_cache_disk: bool = False
-) -> str:
-    """A bare minor (GKE picks that minor's current patch) or a full version, at or above every floor that applies
-    (gke_rules: the GPU's RDMA floor, the Lustre CSI driver's, flex-start's)."""
-    version = str(value)
-    if gke_rules.parse_gke_version(version) is None:
-        example = gke_rules.DEFAULT_GKE_VERSION
-        raise ConfigError(
-            "gkeVersion", version, f"a GKE minor such as {example}, or a full version such as {example}.8-gke.1036000"
-        )
-    rdma = gke_rules.VersionFloor(
-        preset.min_gke_version, f"GPUDirect RDMA on {preset.gpu_type}", "GKE docs: gpu-bandwidth-gpudirect-rdma"
-    )
-    floors = gke_rules.version_floors(rdma, provisioning, private_nodes, image_cache_disk)
-    for floor in sorted(floors, key=lambda f: gke_rules.parse_gke_version(f.version) or (), reverse=True):
-        if gke_rules.below_floor(version, floor):
-            raise ConfigError(
-                "gkeVersion", version, f"at or above {floor.version}, the oldest GKE for {floor.needed_by}"
-            )
-    return version
-
-
-def _maintenance(values: Mapping[str, Any]) -> tuple[str, str | None]:
-    window = str(values.get("maintenanceWindowStart", gke_rules.DEFAULT_MAINTENANCE_WINDOW_START))
-    if not _MAINTENANCE_WINDOW_RE.match(window):
-        raise ConfigError(
-            "maintenanceWindowStart", window, "a time of day HH:MM in UTC, e.g. 09:00 (GKE's 4-hour window)"
-        )
-    exclusion = str(values.get("maintenanceExclusion", gke_rules.DEFAULT_MAINTENANCE_EXCLUSION))
-    allowed = (*gke_rules.MAINTENANCE_EXCLUSION_SCOPES, "none")
-    if exclusion not in allowed:
-        raise ConfigError(
-            "maintenanceExclusion", exclusion, f"one of {list(allowed)}; 'none' lets GKE upgrade GPU nodes mid-run"
-        )
-    return window, None if exclusion == "none" else exclusion
-
-
-def _max_run_hours(values: Mapping[str, Any], provisioning: str) -> int | None:
-    hours = _as_int("maxRunHours", values.get("maxRunHours", 0))
-    if hours == 0:
-        return None
-    limit = gke_rules.FLEX_START_MAX_RUN_HOURS
-    if provisioning != "flexStart" or not 1 <= hours <= limit:
-        raise ConfigError("maxRunHours", hours, f"0 (not set), or 1..{limit} with gpuProvisioning flexStart")
-    return hours
-
-
-def build_settings(values: Mapping[str, Any]) -> InfraSettings:
-    """Validate raw config values (camelCase keys, as in Pulumi.yaml) into settings. Pure: no Pulumi runtime."""
-    project = str(_require(values, "gcp:project", "the GCP project id"))
-    region = str(_require(values, "gcp:region", "the region of the control plane and subnets, e.g. us-central1"))
-    zone = str(_require(values, "zone", f"the zone of the GPU nodes and Lustre, inside gcp:region, e.g. {region}-b"))
-    zone_match = _ZONE_RE.match(zone)
-    if not zone_match or zone_match.group(1) != region:
-        raise ConfigError("zone", zone, f"a zone inside gcp:region {region!r}, such as {region}-b")
-
-    gpu_type = str(_require(values, "gpuType", f"one of {sorted(GPU_PRESETS)}"))
-    if gpu_type not in GPU_PRESETS:
-        raise ConfigError("gpuType", gpu_type, f"one of {sorted(GPU_PRESETS)}")
-    preset = GPU_PRESETS[gpu_type]
-    zone_verdict = zones.check_zone(zone, preset.machine_type)
-    if zone_verdict.refusal:
-        raise ConfigError("zone", zone, zone_verdict.refusal)
-
-    provisioning = str(values.get("gpuProvisioning", "reservation"))
-    if provisioning not in GPU_PROVISIONING_MODES:
-        raise ConfigError("gpuProvisioning", provisioning, f"one of {list(GPU_PROVISIONING_MODES)}")
-    reservation = values.get("reservation") or None
-    if provisioning == "reservation" and not reservation:
-        raise ConfigError(
-            "reservation",
-            reservation,
-            "the name of your GPU reservation, required when gpuProvisioning is 'reservation' "
-            "(pulumi config set reservation NAME), or set gpuProvisioning to spot or flexStart",
-        )
-    if reservation and provisioning != "reservation":
-        raise ConfigError("reservation", reservation, f"unset when gpuProvisioning is {provisioning!r}")
-
-    gpu_nodes = _as_int("gpuNodes", values.get("gpuNodes", 2))
-    if gpu_nodes < 1:
-        raise ConfigError("gpuNodes", gpu_nodes, "1 or more")
-    # 0 (the declared default) means one worker per GPU node.
-    replicas = _as_int("rayWorkerReplicas", values.get("rayWorkerReplicas", 0)) or gpu_nodes
-    if replicas < 1 or replicas > gpu_nodes:
-        raise ConfigError("rayWorkerReplicas", replicas, f"1..gpuNodes ({gpu_nodes}): one Ray worker per GPU node")
-
-    cluster_name = str(values.get("clusterName", "nemo-rl"))
-    if not _CLUSTER_NAME_RE.match(cluster_name):
-        raise ConfigError(
-            "clusterName",
-            cluster_name,
+class InfraSettings(_Keys):
+    project: Annotated[
+        Text,
+        Field(min_length=1, alias="gcp:project"),
+        Allowed("required: the GCP project id (pulumi config set gcp:project ...)"),
+    ]
+    """GCP project id."""
+    region: Annotated[
+        Text,
+        Field(min_length=1, alias="gcp:region"),
+        Allowed(
+            "required: the region of the control plane and subnets, e.g. us-central1 (pulumi config set gcp:region ...)"
+        ),
+    ]
+    """Region of the control plane and subnets."""
+    zone: Text
+    """Zone of the GPU nodes, the CPU pool (so the Ray head), and Lustre; must be inside `gcp:region` and offer the GPU
+    machine type and Managed Lustre (see [Zones](#zones)). Use your reservation's zone."""
+    gpu_type: Annotated[GpuType, Field(alias="gpuType"), Allowed(f"one of {sorted(GPU_PRESETS)}")]
+    """`nvidia-h200-141gb` (A3 Ultra) or `nvidia-b200` (A4). Everything else about the machine follows from it (see [GPU
+    presets](design.md#gpu-presets))."""
+    gpu_provisioning: Literal["reservation", "spot", "flexStart"] = Field("reservation", alias="gpuProvisioning")
+    """`reservation`, `spot` or `flexStart`. A flex-start pool has auto-repair off, reservation affinity
+    `NO_RESERVATION`, no spot and a minimum of 0 nodes, as GKE requires (Cluster Toolkit's preconditions, checked
+    before the pool is registered)."""
+    reservation: Annotated[Text | None, BeforeValidator(_empty_is_none), _RECORDED_EMPTY] = None
+    """Reservation name; required with `reservation`, must be unset with `spot`/`flexStart`."""
+    gpu_nodes: WholeNumber = Field(2, alias="gpuNodes", ge=1)
+    """Most GPU nodes the pool scales to (8 GPUs each); at least 1. The pool starts at zero, except with `reservation`
+    and no `rayAutoscaling`: it is then created with (and keeps at least) the `rayWorkerReplicas` nodes the Ray
+    cluster holds, which the reservation bills anyway, so they boot while Lustre is created."""
+    ray_worker_replicas: WholeNumber = Field(0, alias="rayWorkerReplicas")
+    """Ray GPU workers, one per node, 1..`gpuNodes`; `0` means `gpuNodes`."""
+    cluster_name: Annotated[
+        Text,
+        Field(alias="clusterName", pattern=r"^[a-z][a-z0-9-]{0,22}[a-z0-9]$"),
+        Allowed(
             "2-24 characters: a lowercase letter, then lowercase letters, digits or hyphens, ending in a letter or "
-            "digit (GKE's rule; 2 to 24 so the service accounts named after it fit GCP's 6-30 character ids)",
-        )
-
-    cpu_machine_type = str(values.get("cpuMachineType", "n2-highmem-80"))
-    if cpu_machine_type not in CPU_MACHINES:
-        raise ConfigError("cpuMachineType", cpu_machine_type, f"one of {sorted(CPU_MACHINES)}")
-    cpu_machine: CpuMachine = CPU_MACHINES[cpu_machine_type]
-    cpu_min = _as_int("cpuPoolMinNodes", values.get("cpuPoolMinNodes", 1))
-    cpu_max = _as_int("cpuPoolMaxNodes", values.get("cpuPoolMaxNodes", 5))
-    if cpu_min < 1:
-        raise ConfigError("cpuPoolMinNodes", cpu_min, "1 or more: the Ray head and system pods live there")
-    if cpu_max < cpu_min:
-        raise ConfigError("cpuPoolMaxNodes", cpu_max, f"at least cpuPoolMinNodes ({cpu_min})")
-
-    release_channel = str(values.get("releaseChannel", "REGULAR"))
-    if release_channel not in ("RAPID", "REGULAR", "STABLE", "EXTENDED"):
-        raise ConfigError("releaseChannel", release_channel, "RAPID, REGULAR, STABLE or EXTENDED")
-
-    # The Ray namespace, created by the stack with Pod Security labels (workloads/pod_security.py).
-    namespace = str(values.get("namespace", "nemo-rl"))
-    if not _DNS_LABEL_RE.match(namespace):
-        raise ConfigError("namespace", namespace, "a Kubernetes namespace name (DNS label: a-z, 0-9, '-', 1-63)")
-    ksa = str(values.get("kubernetesServiceAccount", "generic-ksa"))
-    if not _DNS_LABEL_RE.match(ksa):
-        raise ConfigError("kubernetesServiceAccount", ksa, "a DNS label: a-z, 0-9, '-', 1-63 characters")
-    if ksa == f"{cluster_name}-ray-worker":  # workloads.stack.worker_service_account: the workers' own account
-        raise ConfigError("kubernetesServiceAccount", ksa, f"any name but {ksa}, the GPU workers' own account")
-
-    image = _image(values.get("nemoRlImage", DEFAULT_IMAGE))
-    release = release_for(image)
-    ray_version = values.get("rayVersion") or (release.ray_version if release else None)
-    if release and str(ray_version) != release.ray_version:
-        # Most likely a rayVersion left over from another image: the tag alone decides for a known release.
-        raise ConfigError(
-            "rayVersion",
-            ray_version,
-            f"empty or {release.ray_version}, the Ray inside NeMo RL {release.tag} ({image})",
-        )
-    if not ray_version:
-        raise ConfigError(
-            "rayVersion",
-            ray_version,
-            f"the Ray version inside {image}, whose tag is none of the known NeMo RL releases "
-            f"({', '.join(NEMO_RL_RELEASES)}): set rayVersion, or use one of those tags",
-        )
-    if not _RAY_VERSION_RE.match(str(ray_version)):
-        raise ConfigError("rayVersion", ray_version, "a Ray release such as 2.49.2")
-
-    maintenance_window_start, maintenance_exclusion = _maintenance(values)
-    private_nodes = _as_bool("privateNodes", values.get("privateNodes", True))
-    image_cache_disk = _image_cache_disk(values.get("imageCacheDisk", ""), project)
-    # On by default where idle GPUs cost money that can be saved (spot, flex-start); a reservation bills anyway.
-    # Empty (the declared default) means: by provisioning mode.
-    autoscaling_raw = values.get("rayAutoscaling")
-    gpu_autoscaling = (
-        _as_bool("rayAutoscaling", autoscaling_raw)
-        if autoscaling_raw not in (None, "")
-        else provisioning != "reservation"
-    )
-    idle_timeout = _as_int("rayIdleTimeoutSeconds", values.get("rayIdleTimeoutSeconds", DEFAULT_IDLE_TIMEOUT_SECONDS))
-    shortest, longest = IDLE_TIMEOUT_RANGE
-    if not shortest <= idle_timeout <= longest:
-        raise ConfigError("rayIdleTimeoutSeconds", idle_timeout, f"{shortest}..{longest} seconds")
-
-    ray_head = _pod_resources("rayHead", values.get("rayHead"), PodResources(cpu="64", memory="500G"))
-    head_extra = (IMAGE_HOLDER, AUTOSCALER) if gpu_autoscaling else (IMAGE_HOLDER,)
-    check_fits("rayHead", ray_head, cpu_machine_type, cpu_machine.vcpus, cpu_machine.memory_gb, head_extra)
-    ray_worker = _pod_resources("rayWorker", values.get("rayWorker"), PodResources(cpu="206", memory="2400Gi"))
-    check_fits("rayWorker", ray_worker, preset.machine_type, preset.vcpus, preset.memory_gb, (IMAGE_HOLDER,))
-    ranges = _ranges(values.get("networkRanges"))
-    check_scale(ranges, gpu_nodes, cpu_max, replicas, ray_head, provisioning, preset.machine_type)
-
-    return InfraSettings(
-        project=project,
-        region=region,
-        zone=zone,
-        preset=preset,
-        gpu_provisioning=provisioning,
-        reservation=str(reservation) if reservation else None,
-        gpu_nodes=gpu_nodes,
-        ray_worker_replicas=replicas,
-        cluster_name=cluster_name,
-        gke_version=_gke_version(
-            values.get("gkeVersion", gke_rules.DEFAULT_GKE_VERSION),
-            preset,
-            provisioning,
-            private_nodes,
-            bool(image_cache_disk),
+            "digit (GKE's rule; 2 to 24 so the service accounts named after it fit GCP's 6-30 character ids)"
         ),
-        release_channel=release_channel,
-        cpu_machine_type=cpu_machine_type,
-        cpu_pool_min_nodes=cpu_min,
-        cpu_pool_max_nodes=cpu_max,
-        lustre=_lustre(values.get("lustre")),
-        protect_data=_as_bool("protectData", values.get("protectData", True)),
-        protect_compute=_as_bool("protectCompute", values.get("protectCompute", True)),
-        deletion_protection=_as_bool("deletionProtection", values.get("deletionProtection", False)),
-        ranges=ranges,
-        namespace=namespace,
-        kubernetes_service_account=ksa,
-        nemo_rl_image=image,
-        nemo_rl_release=release,
-        ray_version=str(ray_version),
-        ray_head=ray_head,
-        ray_worker=ray_worker,
-        shm_size=_shm_size(values.get("shmSize", "240Gi"), ray_worker),
-        maintenance_window_start=maintenance_window_start,
-        maintenance_exclusion=maintenance_exclusion,
-        max_run_hours=_max_run_hours(values, provisioning),
-        gpu_autoscaling=gpu_autoscaling,
-        idle_timeout_seconds=idle_timeout,
-        export_bucket=_export_bucket(values.get("exportBucket", "")),
-        private_nodes=private_nodes,
-        authorized_networks=_authorized_networks(values.get("authorizedNetworks")),
-        database_encryption_key=_database_encryption_key(values.get("databaseEncryptionKey", ""), region),
-        allow_replace=_allow_replace(values.get(day2.ALLOW_REPLACE_KEY)),
-        derived_keys=tuple(
-            key
-            for key in day2.DERIVED_FROM
-            # rayWorkerReplicas is declared with the default 0: one worker per GPU node.
-            if str(values.get(key, "")) in ("", "0" if key == "rayWorkerReplicas" else "")
+    ] = "nemo-rl"
+    """GKE cluster name and prefix of every other name: 2–24 characters, lowercase letter first, then lowercase letters,
+    digits, hyphens, ending in a letter or digit."""
+    gke_version: Annotated[
+        Text,
+        Field(alias="gkeVersion", pattern=gke_rules.GKE_VERSION_RE.pattern),
+        Allowed(
+            f"a GKE minor such as {gke_rules.DEFAULT_GKE_VERSION}, or a full version such as "
+            f"{gke_rules.DEFAULT_GKE_VERSION}.8-gke.1036000"
         ),
-        gpu_node_hourly_price=_gpu_node_hourly_price(values.get("gpuNodeHourlyPrice", "")),
-        tensorboard=_as_bool("tensorboard", values.get("tensorboard", True)),
-        image_cache_disk=image_cache_disk,
-        zone_notes=zone_verdict.notes,
-    )
-
-
-def _image(value: Any) -> str:
-    """`repository:tag` or `repository:tag@sha256:<64 hex>`: the tag names the NeMo RL release, a digest pins the
-    exact image (what the registry serves for the tag may change; the digest cannot)."""
-    image = str(value)
-    named, at, digest = image.partition("@")
-    if at and not _DIGEST_RE.match(digest):
-        raise ConfigError(
-            "nemoRlImage",
-            image,
-            f"a digest of the form sha256: and 64 lowercase hex digits after '@', e.g. {DEFAULT_IMAGE}@sha256:"
-            f"{'0' * 64} (as `docker buildx imagetools inspect` or the registry prints it)",
-        )
-    if not _IMAGE_RE.match(named) or named.endswith(":latest"):
-        raise ConfigError(
-            "nemoRlImage",
-            image,
-            f"an image reference with a pinned tag, e.g. {DEFAULT_IMAGE}, optionally pinned further by digest "
-            f"({DEFAULT_IMAGE}@sha256:<64 hex digits>)",
-        )
-    return image
-
-
-def _authorized_networks(raw: Any) -> tuple[str, ...]:
-    """CIDR ranges allowed to reach the control plane's IP endpoint; none (the default) turns that endpoint off
-    and leaves only the IAM-gated DNS endpoint. Set as a list in the stack file, or as JSON / comma-separated text."""
-    key = "authorizedNetworks"
-    if raw is None or raw == "":
-        return ()
-    if isinstance(raw, str):
-        text = raw.strip()
-        if text.startswith(("[", "{")):
-            try:
-                raw = json.loads(text)
-            except ValueError:
-                raise ConfigError(key, raw, 'a list of CIDR ranges, e.g. ["203.0.113.0/24"]') from None
-        else:
-            raw = [part.strip() for part in text.split(",") if part.strip()]
-    if not isinstance(raw, list):
-        raise ConfigError(key, raw, 'a list of CIDR ranges, e.g. ["203.0.113.0/24"]')
-    limit = gke_rules.MAX_AUTHORIZED_NETWORKS
-    if len(raw) > limit:
-        raise ConfigError(key, raw, f"at most {limit} CIDR ranges (GKE's limit)")
-    seen: dict[ipaddress.IPv4Network, int] = {}
-    for n, cidr in enumerate(raw):
-        item = f"{key}[{n}]"
-        try:
-            network = ipaddress.ip_network(str(cidr), strict=True)
-        except ValueError:
-            raise ConfigError(item, cidr, "an IPv4 CIDR range with no host bits, such as 203.0.113.0/24") from None
-        if not isinstance(network, ipaddress.IPv4Network):
-            raise ConfigError(item, cidr, "an IPv4 CIDR range (GKE's authorized networks are IPv4)")
-        if network.prefixlen < 8:
-            raise ConfigError(
-                item, cidr, "a range of /8 or narrower: a wider one opens the control plane to much of the internet"
-            )
-        if network in seen:
-            raise ConfigError(item, cidr, f"a range not already listed (it repeats {key}[{seen[network]}])")
-        seen[network] = n
-    return tuple(str(cidr) for cidr in raw)
-
-
-def _database_encryption_key(value: Any, region: str) -> str | None:
-    key_name = str(value or "")
-    if not key_name:
-        return None
-    match = gke_rules.KMS_KEY_RE.match(key_name)
-    if not match:
-        raise ConfigError(
-            "databaseEncryptionKey",
-            key_name,
-            "'' (GKE's default encryption), or a Cloud KMS key's resource name: "
-            f"projects/PROJECT/locations/{region}/keyRings/RING/cryptoKeys/KEY",
-        )
-    if match.group(2) != region:
-        raise ConfigError(
-            "databaseEncryptionKey",
-            key_name,
-            f"a key in the cluster's region: locations/{region} (GKE requires the key in the cluster's location), "
-            f"not locations/{match.group(2)}",
-        )
-    return key_name
-
-
-def _allow_replace(raw: Any) -> tuple[str, ...]:
-    """The keys a user lets replace what they replace: `pulumi config set --path 'allowReplace[0]' zone`."""
-    key = day2.ALLOW_REPLACE_KEY
-    if raw is None or raw == "":
-        return ()
-    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
-        raise ConfigError(key, raw, f"a list of key names, set with: pulumi config set --path '{key}[0]' zone")
-    known = day2.REPLACEABLE_KEYS
-    for item in raw:
-        if item not in known:
-            effect = day2.EFFECTS_BY_KEY.get(item)
-            why = f"{item} is refused even when listed ({effect.what}); " if effect and effect.guarded else ""
-            raise ConfigError(f"{key}[{raw.index(item)}]", item, f"{why}one of {', '.join(known)}")
-    return tuple(dict.fromkeys(raw))
-
-
-def _gpu_node_hourly_price(value: Any) -> float | None:
-    if value is None or value == "":
-        return None
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        price = float(str(value))
-    except (TypeError, ValueError):
-        price = math.nan
-    if not math.isfinite(price) or price <= 0:
-        raise ConfigError(
-            "gpuNodeHourlyPrice",
-            value,
-            "a positive number of US dollars per GPU node-hour, such as 61.50 (your committed-use or negotiated "
-            "rate), or empty for the price table's rate",
-        )
-    return price
-
-
-# A Compute Engine image: its name (in the stack's project) or its full resource path.
-_IMAGE_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
-_DISK_IMAGE_RE = re.compile(rf"^(?:projects/([a-z][-a-z0-9]{{4,28}}[a-z0-9])/global/images/)?({_IMAGE_NAME})$")
-
-
-def _image_cache_disk(value: Any, project: str) -> str:
-    """'' (none), or the fully-qualified disk image GKE asks for (SecondaryBootDisk.diskImage): a bare image name
-    is taken from the stack's own project."""
-    text = str(value or "")
-    if not text:
-        return ""
-    match = _DISK_IMAGE_RE.match(text)
-    if not match:
-        raise ConfigError(
-            "imageCacheDisk",
-            text,
-            "'' (none), a disk image name in the stack's project, or projects/PROJECT/global/images/NAME: a disk image "
-            "built with gke-disk-image-builder that holds nemoRlImage (docs/design.md, Faster start-up)",
-        )
-    return f"projects/{match.group(1) or project}/global/images/{match.group(2)}"
-
-
-def _export_bucket(value: Any) -> str:
-    bucket = str(value or "")
-    if bucket and bucket != EXPORT_BUCKET_CREATE and (not _BUCKET_RE.match(bucket) or bucket.startswith("goog")):
-        raise ConfigError(
-            "exportBucket",
-            bucket,
+    ] = gke_rules.DEFAULT_GKE_VERSION
+    """Minimum control-plane version: a minor such as `1.35`, or a full GKE version such as `1.35.8-gke.1036000`; at or
+    above every floor Google documents for what the stack uses (`infra/gke_rules.py`): the Managed Lustre CSI driver
+    1.33.2-gke.1111000, A4 RDMA 1.32.2-gke.1475000, A3 Ultra 1.31.4-gke.1183000, flex-start 1.32.2-gke.1652000, GKE's
+    managed DCGM metrics 1.32.1-gke.1357000. 1.35 is the Regular channel's default for new clusters since September
+    2026; 1.33 and 1.34 are past standard support."""
+    release_channel: Annotated[
+        Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"],
+        Field(alias="releaseChannel"),
+        Allowed("RAPID, REGULAR, STABLE or EXTENDED"),
+    ] = "REGULAR"
+    """`RAPID`, `REGULAR`, `STABLE` or `EXTENDED`."""
+    maintenance_window_start: Annotated[
+        Text,
+        Field(alias="maintenanceWindowStart", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$"),
+        Allowed("a time of day HH:MM in UTC, e.g. 09:00 (GKE's 4-hour window)"),
+    ] = gke_rules.DEFAULT_MAINTENANCE_WINDOW_START
+    """Start of GKE's daily 4-hour maintenance window, `HH:MM` UTC."""
+    maintenance_exclusion: Annotated[
+        Literal["NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES"] | None,
+        BeforeValidator(lambda value: None if value == "none" else value),
+        Field(alias="maintenanceExclusion"),
+        Allowed(
+            f"one of {[*gke_rules.MAINTENANCE_EXCLUSION_SCOPES, 'none']}; 'none' lets GKE upgrade GPU nodes mid-run"
+        ),
+        _RECORDED_EMPTY,
+    ] = "NO_MINOR_OR_NODE_UPGRADES"
+    """Maintenance exclusion kept until the end of the minor's support: `NO_MINOR_OR_NODE_UPGRADES` (GKE never drains a
+    GPU node for an upgrade mid-run, as Cluster Toolkit's A3 Ultra/A4 blueprints do; upgrade between runs yourself),
+    `NO_MINOR_UPGRADES`, or `none`."""
+    max_run_hours: Annotated[
+        Annotated[WholeNumber, Field(ge=1, le=gke_rules.FLEX_START_MAX_RUN_HOURS)] | None,
+        BeforeValidator(lambda value: None if str(value).strip() == "0" else value),
+        Field(alias="maxRunHours", validate_default=True),
+        Allowed(f"0 (not set), or 1..{gke_rules.FLEX_START_MAX_RUN_HOURS} with gpuProvisioning flexStart"),
+        _RECORDED_ZERO,
+    ] = 0
+    """Only with `flexStart`: hours after which GKE deletes a GPU node, 1–168; `0` leaves flex-start's own limit of 7
+    days."""
+    cpu_machine_type: Annotated[
+        CpuMachineType, Field(alias="cpuMachineType"), Allowed(f"one of {sorted(CPU_MACHINES)}")
+    ] = "n2-highmem-80"
+    """CPU pool machine; one of the types listed in `infra/presets.py` (`CPU_MACHINES`), so the Ray head can be sized
+    against it."""
+    cpu_pool_min_nodes: Annotated[
+        WholeNumber, Field(alias="cpuPoolMinNodes", ge=1), Allowed("1 or more: the Ray head and system pods live there")
+    ] = 1
+    """At least 1: the Ray head and system pods live there."""
+    cpu_pool_max_nodes: WholeNumber = Field(5, alias="cpuPoolMaxNodes")
+    """At least `cpuPoolMinNodes`."""
+    protect_data: Flag = Field(True, alias="protectData")
+    """Protect the Lustre instance from `pulumi destroy`."""
+    protect_compute: Flag = Field(True, alias="protectCompute")
+    """Pulumi `protect` on the cluster and the GPU pool: the engine stops before deleting or replacing either, also for
+    a replacement the [day-2 guard](operations.md#changing-a-deployed-stack) did not foresee (a new program or
+    provider version). A key in `allowReplace` that replaces them lifts it for that `pulumi up`; before `pulumi
+    destroy`: `pulumi config set protectCompute false && pulumi up`."""
+    deletion_protection: Flag = Field(False, alias="deletionProtection")
+    """GKE deletion protection (see [Tear down in detail](operations.md#tear-down-in-detail))."""
+    private_nodes: Flag = Field(True, alias="privateNodes")
+    """Nodes without external IP addresses; they reach the internet (nvcr.io, Hugging Face) through a Cloud Router and
+    Cloud NAT on the cluster VPC (`PREFIX-router`, `PREFIX-nat`; Google APIs through Private Google Access). `false`
+    gives nodes public IPs and creates no NAT. See [Cluster security](security.md#cluster-security)."""
+    authorized_networks: Annotated[
+        tuple[Annotated[Text, AfterValidator(_control_plane_client)], ...], Field(alias="authorizedNetworks")
+    ] = ()
+    """IPv4 CIDR ranges (at most 50, each `/8` or narrower, no host bits, no repeats) allowed to reach the control
+    plane's IP endpoint; empty (the default) turns the IP endpoint off, so the IAM-gated DNS endpoint is the only way
+    in. Set it in the stack file as a list, or `pulumi config set authorizedNetworks 203.0.113.0/24,198.51.100.7/32`."""
+    database_encryption_key: Annotated[
+        Text | None, BeforeValidator(_empty_is_none), Field(alias="databaseEncryptionKey"), _RECORDED_EMPTY
+    ] = None
+    """Empty: GKE's default encryption of etcd. Or a Cloud KMS key,
+    `projects/P/locations/REGION/keyRings/R/cryptoKeys/K` in `gcp:region`, that encrypts Kubernetes Secrets at the
+    application layer; the stack grants GKE's service agent `roles/cloudkms.cryptoKeyEncrypterDecrypter` on it (see
+    [Cluster security](security.md#cluster-security))."""
+    namespace: Annotated[
+        Text, Field(pattern=_DNS_LABEL), Allowed("a Kubernetes namespace name (DNS label: a-z, 0-9, '-', 1-63)")
+    ] = "nemo-rl"
+    """Namespace of the Ray cluster, claim, Secrets and service accounts (and of the job stack's Job). Created by the
+    stack with Pod Security Admission labels (see [Security](security.md#security)); a built-in one (`default`,
+    `kube-system`, `kube-public`) is used as it is, without them."""
+    kubernetes_service_account: Annotated[
+        Text,
+        Field(alias="kubernetesServiceAccount", pattern=_DNS_LABEL),
+        Allowed("a DNS label: a-z, 0-9, '-', 1-63 characters"),
+    ] = "generic-ksa"
+    """Kubernetes service account of the Ray head, bound to the GSA `PREFIX-ray`; its token is mounted only into
+    KubeRay's autoscaler container. The GPU workers get their own, `PREFIX-ray-worker` (no Kubernetes token, same
+    GSA), which this key may not name."""
+    nemo_rl_image: Text = Field(DEFAULT_IMAGE, alias="nemoRlImage")
+    """NeMo RL image; must have a pinned tag (`:latest` is refused), and may be pinned by digest too:
+    `nvcr.io/nvidia/nemo-rl:v0.5.0@sha256:<64 hex digits>` (the Ray pods and the submitter then run exactly that
+    image). Its tag selects the release (see [NeMo RL versions](#nemo-rl-versions)); a mirror keeps working as long
+    as it keeps the tag."""
+    ray_version: Text = Field("", alias="rayVersion")
+    """Ray version inside the image; empty means the release's (`2.49.2` for `v0.5.0`, `2.55.1` for `v0.7.0`), and any
+    other value is refused for those tags. Required for an image whose tag is no known release (the job stack then
+    refuses to build a pipeline for it)."""
+    shm_size: Annotated[
+        Text,
+        AfterValidator(_memory_quantity),
+        Field(alias="shmSize"),
+        Allowed("a Kubernetes memory quantity such as 240Gi"),
+    ] = "240Gi"
+    """Memory-backed `/dev/shm` of each GPU worker; more than 0 and less than `rayWorker.memory`."""
+    ray_autoscaling: Annotated[
+        Flag | None,
+        BeforeValidator(_empty_is_none),
+        Field(alias="rayAutoscaling"),
+        Shown("`true` for spot and flexStart, `false` for reservation"),
+    ] = None
+    """KubeRay's in-tree autoscaler: the GPU worker group runs 0..`rayWorkerReplicas` workers and releases idle ones.
+    Its container (500m CPU, 512Mi) runs beside the head and must fit `cpuMachineType` with it. Empty (the declared
+    default) means by `gpuProvisioning`."""
+    idle_timeout_seconds: Annotated[
+        WholeNumber, Field(alias="rayIdleTimeoutSeconds", ge=60, le=86_400), Allowed("60..86400 seconds")
+    ] = 600  # GPU nodes take minutes to come back: not KubeRay's 60 s (the shortest allowed)
+    """With `rayAutoscaling`: seconds a GPU worker may sit idle before it is released; 60..86400."""
+    tensorboard: Flag = True
+    """Serve every run's TensorBoard event files from Lustre (read-only) with one TensorBoard on the CPU pool, reached
+    through the `tensorboardPortForward` output."""
+    export_bucket: Annotated[
+        Text,
+        # A Cloud Storage bucket name without dots (dotted names need domain verification), not Google's "goog".
+        Field(
+            alias="exportBucket", pattern=rf"^(?:|{EXPORT_BUCKET_CREATE}|(?!goog)[a-z0-9][a-z0-9_-]{{1,61}}[a-z0-9])$"
+        ),
+        Allowed(
             f"'' (no export), '{EXPORT_BUCKET_CREATE}' (a new bucket PROJECT-CLUSTER-models), or an existing bucket's "
-            "name: 3-63 lowercase letters, digits, '-' or '_', starting and ending with a letter or digit",
+            "name: 3-63 lowercase letters, digits, '-' or '_', starting and ending with a letter or digit"
+        ),
+    ] = ""
+    """Where trained models are copied (see [Getting the model out](operations.md#getting-the-model-out)): `""` nowhere,
+    `create` a new bucket `<project>-<clusterName>-models` (uniform access, protected with `protectData`), or an
+    existing bucket's name (3-63 lowercase letters, digits, `-`, `_`; give it uniform bucket-level access)."""
+    image_cache_disk: Annotated[
+        Text,
+        Field(alias="imageCacheDisk", pattern=rf"^$|{_DISK_IMAGE_RE}"),
+        Allowed(
+            "'' (none), a disk image name in the stack's project, or projects/PROJECT/global/images/NAME: a disk image "
+            "built with gke-disk-image-builder that holds nemoRlImage (docs/design.md, Faster start-up)"
+        ),
+    ] = ""
+    """Empty: none. A disk image holding `nemoRlImage` (its name in the stack's project, or
+    `projects/PROJECT/global/images/NAME`), built with gke-disk-image-builder (see [Faster
+    start-up](design.md#faster-start-up)): GPU nodes get it as a secondary boot disk in `CONTAINER_IMAGE_CACHE` mode
+    with image streaming (`gcfs_config`) on, so a new node (autoscaled, or after a preemption) starts the image
+    without pulling it. Needs GKE 1.28.3-gke.1067000 or later (`infra/gke_rules.py`). Changing it recreates the GPU
+    pool's nodes: change it between runs."""
+    gpu_node_hourly_price: Annotated[
+        Annotated[float, Field(gt=0, allow_inf_nan=False)] | None,
+        BeforeValidator(_price_text),
+        Field(alias="gpuNodeHourlyPrice"),
+        Allowed(
+            "a positive number of US dollars per GPU node-hour, such as 61.50 (your committed-use or negotiated "
+            "rate), or empty for the price table's rate"
+        ),
+        _RECORDED_ZERO,
+    ] = None
+    """Your own rate in US dollars per GPU node-hour (a committed-use or negotiated price), a positive number such as
+    `61.50`; empty means the price table's list rate. It replaces the table's rate (for a reservation, the range from
+    the largest published discount to the on-demand list rate) for the GPU nodes in `estimatedCost` and the job
+    stack's `estimatedRun`, and the plan says the figure is yours."""
+    lustre: LustreSettings = Field(default_factory=lambda: LustreSettings.model_validate({}))
+    """Object."""
+    ranges: NetworkRanges = Field(default_factory=lambda: NetworkRanges.model_validate({}), alias="networkRanges")
+    """Object."""
+    ray_head: Annotated[RayHead, Shown('`{cpu: "64", memory: 500G}`')] = Field(
+        default_factory=lambda: RayHead.model_validate({}), alias="rayHead"
+    )
+    """Object: the head's CPU and memory (requests = limits). Must fit `cpuMachineType` after GKE's reservations, a
+    DaemonSet allowance and the log sidecar."""
+    ray_worker: Annotated[RayWorker, Shown('`{cpu: "206", memory: 2400Gi}`')] = Field(
+        default_factory=lambda: RayWorker.model_validate({}), alias="rayWorker"
+    )
+    """Object: each GPU worker's CPU and memory (plus all 8 GPUs). Must fit the GPU machine the same way."""
+    allow_replace: Annotated[
+        tuple[Text, ...],
+        BeforeValidator(lambda value: () if value == "" else value),
+        Field(alias=ALLOW_REPLACE_KEY),
+        Allowed(f"a list of key names, set with: pulumi config set --path '{ALLOW_REPLACE_KEY}[0]' zone"),
+    ] = ()
+    """List of keys whose change you accept to replace what it replaces, e.g. `pulumi config set --path
+    'allowReplace[0]' zone`; see [Changing a deployed stack](operations.md#changing-a-deployed-stack). Names outside
+    that table's replacing keys are refused."""
+    # Keys of DERIVED_FROM the user left unset, whose value the program derived.
+    _derived_keys: tuple[str, ...] = PrivateAttr(())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _zone_is_set(cls, values: Any) -> Any:
+        # Before the fields: the rule names the zone of the region given.
+        region = values.get("gcp:region") if isinstance(values, dict) else None
+        if region and values.get("gcp:project") and not values.get("zone"):
+            raise ConfigError(
+                "zone",
+                values.get("zone"),
+                f"required: the zone of the GPU nodes and Lustre, inside gcp:region, e.g. {region}-b "
+                "(pulumi config set zone ...)",
+            )
+        return values
+
+    @field_validator("nemo_rl_image")
+    @classmethod
+    def _pinned(cls, image: str) -> str:
+        """`repository:tag` or `repository:tag@sha256:<64 hex>`: the tag names the NeMo RL release, a digest pins
+        the exact image (what the registry serves for the tag may change; the digest cannot)."""
+        named, at, digest = image.partition("@")
+        if at and not re.match(_DIGEST_RE, digest):
+            raise ConfigError(
+                "nemoRlImage",
+                image,
+                f"a digest of the form sha256: and 64 lowercase hex digits after '@', e.g. {DEFAULT_IMAGE}@sha256:"
+                f"{'0' * 64} (as `docker buildx imagetools inspect` or the registry prints it)",
+            )
+        if not re.match(_IMAGE_RE, named) or named.endswith(":latest"):
+            raise ConfigError(
+                "nemoRlImage",
+                image,
+                f"an image reference with a pinned tag, e.g. {DEFAULT_IMAGE}, optionally pinned further by digest "
+                f"({DEFAULT_IMAGE}@sha256:<64 hex digits>)",
+            )
+        return image
+
+    @field_validator("authorized_networks", mode="before")
+    @classmethod
+    def _cidr_list(cls, raw: Any) -> Any:
+        """A list in the stack file, or JSON / comma-separated text from `pulumi config set`."""
+        key, example = "authorizedNetworks", 'a list of CIDR ranges, e.g. ["203.0.113.0/24"]'
+        if raw is None:
+            return ()
+        if isinstance(raw, str):
+            try:
+                raw = (
+                    json.loads(raw)
+                    if raw.strip().startswith(("[", "{"))
+                    else [p.strip() for p in raw.split(",") if p.strip()]
+                )
+            except ValueError:
+                raise ConfigError(key, raw, example) from None
+        if not isinstance(raw, list | tuple):
+            raise ConfigError(key, raw, example)
+        if len(raw) > gke_rules.MAX_AUTHORIZED_NETWORKS:
+            raise ConfigError(key, raw, f"at most {gke_rules.MAX_AUTHORIZED_NETWORKS} CIDR ranges (GKE's limit)")
+        return raw
+
+    @field_validator("authorized_networks")
+    @classmethod
+    def _no_repeats(cls, cidrs: tuple[str, ...]) -> tuple[str, ...]:
+        seen: dict[Any, int] = {}
+        for n, cidr in enumerate(cidrs):
+            network = ipaddress.ip_network(cidr)
+            if network in seen:
+                raise ConfigError(
+                    f"authorizedNetworks[{n}]",
+                    cidr,
+                    f"a range not already listed (it repeats authorizedNetworks[{seen[network]}])",
+                )
+            seen[network] = n
+        return cidrs
+
+    @field_validator("allow_replace")
+    @classmethod
+    def _replaceable(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        """The keys a user lets replace what they replace: `pulumi config set --path 'allowReplace[0]' zone`."""
+        for key in keys:
+            if key not in REPLACEABLE_KEYS:
+                effect = EFFECTS_BY_KEY.get(key)
+                why = f"{key} is refused even when listed ({effect.what}); " if effect and effect.guarded else ""
+                raise ConfigError(
+                    f"{ALLOW_REPLACE_KEY}[{keys.index(key)}]", key, f"{why}one of {', '.join(REPLACEABLE_KEYS)}"
+                )
+        return tuple(dict.fromkeys(keys))
+
+    @model_validator(mode="after")
+    def _across_keys(self) -> InfraSettings:
+        """The rules that tie keys together, in the order a user meets them; each names the key to change."""
+        region, zone = self.region, self.zone
+        zone_match = re.match(_ZONE_RE, zone)
+        if not zone_match or zone_match.group(1) != region:
+            raise ConfigError("zone", zone, f"a zone inside gcp:region {region!r}, such as {region}-b")
+        refusal = zones.check_zone(zone, self.preset.machine_type).refusal
+        if refusal:
+            raise ConfigError("zone", zone, refusal)
+        provisioning, reservation = self.gpu_provisioning, self.reservation
+        if provisioning == "reservation" and not reservation:
+            raise ConfigError(
+                "reservation",
+                reservation,
+                "the name of your GPU reservation, required when gpuProvisioning is 'reservation' "
+                "(pulumi config set reservation NAME), or set gpuProvisioning to spot or flexStart",
+            )
+        if reservation and provisioning != "reservation":
+            raise ConfigError("reservation", reservation, f"unset when gpuProvisioning is {provisioning!r}")
+        unset = {
+            "rayAutoscaling": self.ray_autoscaling is None,
+            "rayVersion": not self.ray_version,
+            "rayWorkerReplicas": not self.ray_worker_replicas,
+        }
+        self._derived_keys = tuple(key for key in DERIVED_FROM if unset[key])
+        # 0 (the declared default) means one worker per GPU node.
+        replicas = self.ray_worker_replicas or self.gpu_nodes
+        if replicas < 1 or replicas > self.gpu_nodes:
+            raise ConfigError(
+                "rayWorkerReplicas", replicas, f"1..gpuNodes ({self.gpu_nodes}): one Ray worker per GPU node"
+            )
+        if self.cpu_pool_max_nodes < self.cpu_pool_min_nodes:
+            raise ConfigError(
+                "cpuPoolMaxNodes", self.cpu_pool_max_nodes, f"at least cpuPoolMinNodes ({self.cpu_pool_min_nodes})"
+            )
+        ksa = self.kubernetes_service_account
+        if ksa == f"{self.cluster_name}-ray-worker":  # workloads.stack.worker_service_account: the workers' own account
+            raise ConfigError("kubernetesServiceAccount", ksa, f"any name but {ksa}, the GPU workers' own account")
+        release, image = self.nemo_rl_release, self.nemo_rl_image
+        ray_version = self.ray_version or (release.ray_version if release else "")
+        if release and ray_version != release.ray_version:
+            # Most likely a rayVersion left over from another image: the tag alone decides for a known release.
+            raise ConfigError(
+                "rayVersion",
+                ray_version,
+                f"empty or {release.ray_version}, the Ray inside NeMo RL {release.tag} ({image})",
+            )
+        if not ray_version:
+            raise ConfigError(
+                "rayVersion",
+                None,
+                f"the Ray version inside {image}, whose tag is none of the known NeMo RL releases "
+                f"({', '.join(NEMO_RL_RELEASES)}): set rayVersion, or use one of those tags",
+            )
+        if not re.match(r"^[0-9]+\.[0-9]+\.[0-9]+$", ray_version):
+            raise ConfigError("rayVersion", ray_version, "a Ray release such as 2.49.2")
+        disk = re.match(_DISK_IMAGE_RE, self.image_cache_disk)
+        # On by default where idle GPUs cost money that can be saved (spot, flex-start); a reservation bills anyway.
+        autoscaling = provisioning != "reservation" if self.ray_autoscaling is None else self.ray_autoscaling
+        derived = {
+            "ray_worker_replicas": replicas,
+            "ray_version": ray_version,
+            "ray_autoscaling": autoscaling,
+            # A bare image name is taken from the stack's own project (SecondaryBootDisk.diskImage is a full path).
+            "image_cache_disk": f"projects/{disk.group(1) or self.project}/global/images/{disk.group(2)}"
+            if disk
+            else "",
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)  # frozen for everyone else
+        head_extra = (IMAGE_HOLDER, AUTOSCALER) if autoscaling else (IMAGE_HOLDER,)
+        cpu = CPU_MACHINES[self.cpu_machine_type]
+        check_fits("rayHead", self.ray_head, self.cpu_machine_type, cpu.vcpus, cpu.memory_gb, head_extra)
+        preset = self.preset
+        check_fits("rayWorker", self.ray_worker, preset.machine_type, preset.vcpus, preset.memory_gb, (IMAGE_HOLDER,))
+        ranges = self.ranges
+        # What N GPU nodes need (infra/scale.py): address ranges that hold every node, a Ray head sized for the
+        # workers, a compact placement group that holds the pool.
+        problems = scale.range_problems(
+            ranges.cluster_subnet, ranges.pods, ranges.services, ranges.gvnic_subnet, ranges.rdma_subnets,
+            self.gpu_nodes, self.cpu_pool_max_nodes,
+        )  # fmt: skip
+        problems += scale.head_problems(self.ray_head.cpu, self.ray_head.memory, replicas)
+        compact = scale.compact_placement_problem(provisioning, preset.machine_type, self.gpu_nodes)
+        for problem in [*problems, *([compact] if compact else [])]:
+            raise ConfigError(problem.key, problem.value, problem.allowed)
+        self._check_gke_version()
+        # Memory-backed emptyDir counts against the container's memory limit.
+        if memory_bytes(self.shm_size) >= memory_bytes(self.ray_worker.memory):
+            raise ConfigError(
+                "shmSize", self.shm_size, f"more than 0 and less than the worker memory ({self.ray_worker.memory})"
+            )
+        if self.max_run_hours and provisioning != "flexStart":
+            limit = gke_rules.FLEX_START_MAX_RUN_HOURS
+            raise ConfigError(
+                "maxRunHours", self.max_run_hours, f"0 (not set), or 1..{limit} with gpuProvisioning flexStart"
+            )
+        self._check_encryption_key()
+        return self
+
+    def _check_gke_version(self) -> None:
+        """At or above every floor that applies (gke_rules: the GPU's RDMA floor, the Lustre CSI driver's,
+        flex-start's, ...)."""
+        preset, version = self.preset, self.gke_version
+        rdma = gke_rules.VersionFloor(
+            preset.min_gke_version, f"GPUDirect RDMA on {preset.gpu_type}", "GKE docs: gpu-bandwidth-gpudirect-rdma"
         )
-    return bucket
+        floors = gke_rules.version_floors(rdma, self.gpu_provisioning, self.private_nodes, bool(self.image_cache_disk))
+        for floor in sorted(floors, key=lambda f: gke_rules.parse_gke_version(f.version) or (), reverse=True):
+            if gke_rules.below_floor(version, floor):
+                raise ConfigError(
+                    "gkeVersion", version, f"at or above {floor.version}, the oldest GKE for {floor.needed_by}"
+                )
 
+    def _check_encryption_key(self) -> None:
+        key_name, region = self.database_encryption_key, self.region
+        if not key_name:
+            return
+        match = gke_rules.KMS_KEY_RE.match(key_name)
+        if not match:
+            raise ConfigError(
+                "databaseEncryptionKey",
+                key_name,
+                "'' (GKE's default encryption), or a Cloud KMS key's resource name: "
+                f"projects/PROJECT/locations/{region}/keyRings/RING/cryptoKeys/KEY",
+            )
+        if match.group(2) != region:
+            raise ConfigError(
+                "databaseEncryptionKey",
+                key_name,
+                f"a key in the cluster's region: locations/{region} (GKE requires the key in the cluster's location), "
+                f"not locations/{match.group(2)}",
+            )
 
-# Non-secret project keys read with Config.get/get_object; secrets are read separately.
-_PLAIN_KEYS = (
-    "zone", "gpuType", "gpuProvisioning", "reservation", "gpuNodes", "rayWorkerReplicas", "clusterName",
-    "gkeVersion", "releaseChannel", "cpuMachineType", "cpuPoolMinNodes", "cpuPoolMaxNodes", "protectData",
-    "protectCompute", "deletionProtection", "namespace", "kubernetesServiceAccount", "nemoRlImage", "rayVersion",
-    "shmSize",
-    "maintenanceWindowStart", "maintenanceExclusion", "maxRunHours",
-    "rayAutoscaling", "rayIdleTimeoutSeconds",
-    "exportBucket",
-    "privateNodes", "authorizedNetworks", "databaseEncryptionKey",
-    "gpuNodeHourlyPrice", "tensorboard", "imageCacheDisk",
-)  # fmt: skip
-_OBJECT_KEYS = ("lustre", "networkRanges", "rayHead", "rayWorker", day2.ALLOW_REPLACE_KEY)
+    @property
+    def preset(self) -> GpuPreset:
+        return GPU_PRESETS[self.gpu_type]
 
+    @property
+    def nemo_rl_release(self) -> NemoRlRelease | None:
+        """The row of the image's tag; None for a tag we do not know."""
+        return release_for(self.nemo_rl_image)
 
-_SECRET_KEYS = ("hfToken", "wandbApiKey")
-# Providers' own namespaces: their keys are theirs to check.
-_PROVIDER_NAMESPACES = ("gcp", "kubernetes", "pulumi")
+    @property
+    def gpu_autoscaling(self) -> bool:
+        """KubeRay's in-tree autoscaler: GPU workers from 0 up to rayWorkerReplicas and back to 0 when idle."""
+        return bool(self.ray_autoscaling)
 
+    @property
+    def derived_keys(self) -> tuple[str, ...]:
+        return self._derived_keys
 
-def check_keys(project: str, keys: Iterable[str]) -> None:
-    """Refuse config the program would silently ignore: an unknown key in the project's namespace (a misspelt
-    `gpuNode`, or `lustre.capacityGib` set without --path), or a key in a namespace that is a near miss of the
-    project's (`nemo-rl:zone`). Names the key and the closest known one."""
-    known = (*_PLAIN_KEYS, *_OBJECT_KEYS, *_SECRET_KEYS)
-    for full_key in sorted(keys):
-        namespace, _, key = full_key.rpartition(":")
-        if namespace == project and key not in known:
-            head = key.split(".")[0]
-            if "." in key and head in _OBJECT_KEYS:
-                hint = f"a nested key: pulumi config set --path {key} VALUE"
-            else:
-                hint = _closest(key, known)
-            raise UnknownKeyError(full_key, hint)
-        if namespace not in (project, *_PROVIDER_NAMESPACES) and difflib.get_close_matches(namespace, [project]):
-            raise UnknownKeyError(full_key, f"its namespace is not {project!r}; did you mean '{project}:{key}'?")
+    @property
+    def zone_notes(self) -> tuple[str, ...]:
+        """What infra/zone_table.json cannot say about the zone (a region it has not read): warned, not refused."""
+        return zones.check_zone(self.zone, self.preset.machine_type).notes
+
+    @property
+    def export_bucket_name(self) -> str:
+        """The bucket trained models are copied to, or "" when there is none."""
+        if self.export_bucket == EXPORT_BUCKET_CREATE:
+            return f"{self.project}-{self.cluster_name}-models"
+        return self.export_bucket
+
+    @property
+    def gke_minor(self) -> str:
+        """Kubernetes minor version the cluster targets, e.g. '1.33'."""
+        return ".".join(self.gke_version.split(".")[:2])
+
+    @property
+    def lustre_instance_id(self) -> str:
+        return f"{self.cluster_name}-lustre"
 
 
 # Names a user may reach for that are not this project's keys, by their letters alone (case, '_' and '-' dropped):
@@ -808,18 +782,26 @@ KEY_ALIASES: dict[str, str] = {
 }
 
 
-def alias_hint(key: str, aliases: Mapping[str, str]) -> str | None:
-    """What to set instead of `key` when it is a known stand-in (KEY_ALIASES), else None."""
-    target = aliases.get(re.sub(r"[^a-z0-9]", "", key.lower()))
-    return f"did you mean {target}?" if target else None
+MODEL = InfraSettings
+SECRETS = {
+    "hfToken": Secret("Hugging Face token: `pulumi config set --secret hfToken hf_...`.", required=True),
+    "wandbApiKey": Secret(
+        "W&B API key: `pulumi config set --secret wandbApiKey ...`. Not declared in `Pulumi.yaml` (a declared key "
+        "without a default would be mandatory).",
+        required=False,
+    ),
+}
 
 
-def _closest(key: str, known: Iterable[str]) -> str:
-    alias = alias_hint(key, KEY_ALIASES)
-    if alias:
-        return alias
-    match = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
-    return f"did you mean '{match[0]}'?" if match else "see the configuration tables in docs/configuration.md"
+def build_settings(values: dict[str, Any]) -> InfraSettings:
+    """Validate raw config values (keyed as in Pulumi.yaml) into settings. Pure: no Pulumi runtime."""
+    return validated(InfraSettings, values)
+
+
+def check_keys(project: str, keys: Iterable[str]) -> None:
+    """Refuse config the program would silently ignore (config_rules.check_keys): a misspelt `gpuNode`,
+    `lustre.capacityGib` set without --path, or a near miss of the project's namespace (`nemo-rl:zone`)."""
+    check_config_keys(project, keys, [*keys_of(InfraSettings), *SECRETS], KEY_ALIASES)
 
 
 def runtime_config_keys() -> set[str]:
@@ -838,22 +820,19 @@ def load() -> tuple[InfraSettings, Secrets]:
     """Read the stack's config once. Raises ConfigError before any resource is registered."""
     config = pulumi.Config()
     check_keys(pulumi.get_project(), runtime_config_keys())
-    gcp = pulumi.Config("gcp")
-    values: dict[str, Any] = {"gcp:project": gcp.get("project"), "gcp:region": gcp.get("region")}
-    for key in _PLAIN_KEYS:
-        value = config.get(key)
-        if value is not None:
-            values[key] = value
-    for key in _OBJECT_KEYS:
-        text = config.get(key)
-        if text is not None:
-            try:
-                values[key] = json.loads(text)
-            except ValueError:
-                values[key] = text  # not JSON (set without --path): the key's own check names it
+    values: dict[str, Any] = {}
+    for key in keys_of(InfraSettings):
+        namespace, _, name = key.rpartition(":")
+        text = pulumi.Config(namespace).get(name) if namespace else config.get(key)
+        if text is None:
+            continue
+        try:
+            values[key] = json.loads(text) if key in object_keys(InfraSettings) else text
+        except ValueError:
+            values[key] = text  # not JSON (set without --path): the key's own check names it
 
-    hf_token = config.get_secret("hfToken")
-    if hf_token is None:
+    secrets = {key: config.get_secret(key) for key in SECRETS}
+    if secrets["hfToken"] is None:
         raise ConfigError(
             "hfToken",
             None,
@@ -862,4 +841,4 @@ def load() -> tuple[InfraSettings, Secrets]:
     settings = build_settings(values)
     for note in settings.zone_notes:
         pulumi.log.warn(note)
-    return settings, Secrets(hf_token=hf_token, wandb_api_key=config.get_secret("wandbApiKey"))
+    return settings, Secrets(hf_token=secrets["hfToken"], wandb_api_key=secrets["wandbApiKey"])

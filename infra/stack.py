@@ -12,7 +12,7 @@ from infra import day2
 from infra.cluster import ClusterArgs, GkeCluster
 from infra.cost import CostInputs, estimate
 from infra.export_bucket import ExportBucket, ExportBucketArgs
-from infra.gpu_pool import GpuNodePool, GpuNodePoolArgs, nodes_at_creation
+from infra.gpu_pool import GpuNodePool, GpuNodePoolArgs
 from infra.lustre import LustreArgs, ManagedLustre
 from infra.nat import ClusterEgress, ClusterEgressArgs
 from infra.network import Networks, NetworksArgs
@@ -93,100 +93,19 @@ def record_once_built(record: Mapping[str, Any], resources: Sequence[pulumi.Cust
 def build_infra(settings: InfraSettings) -> Infra:
     # A new project has none of the APIs on: each resource below waits for the ones it calls.
     services = ProjectServices("apis", ProjectServicesArgs(project=settings.project))
-    networks = Networks(
-        "networks",
-        NetworksArgs(
-            name_prefix=settings.cluster_name,
-            project=settings.project,
-            region=settings.region,
-            zone=settings.zone,
-            ranges=settings.ranges,
-            services=services,
-        ),
-    )
+    networks = Networks("networks", NetworksArgs(settings, services))
     # Lustre needs only the VPC: it builds while the cluster does.
-    lustre = ManagedLustre(
-        "lustre",
-        LustreArgs(
-            instance_id=settings.lustre_instance_id,
-            project=settings.project,
-            zone=settings.zone,
-            settings=settings.lustre,
-            peering_range=settings.ranges.lustre_peering,
-            network_id=networks.cluster_network.id,
-            protect=settings.protect_data,
-            services=services,
-        ),
-    )
+    lustre = ManagedLustre("lustre", LustreArgs(settings, networks.cluster_network.id, services))
     protect_cluster, protect_gpu_pool = day2.compute_locks(settings.protect_compute, settings.allow_replace)
-    cluster = GkeCluster(
-        "gke",
-        ClusterArgs(
-            name=settings.cluster_name,
-            project=settings.project,
-            region=settings.region,
-            zone=settings.zone,
-            gke_version=settings.gke_version,
-            release_channel=settings.release_channel,
-            deletion_protection=settings.deletion_protection,
-            cpu_machine_type=settings.cpu_machine_type,
-            cpu_min_nodes=settings.cpu_pool_min_nodes,
-            cpu_max_nodes=settings.cpu_pool_max_nodes,
-            networks=networks,
-            services=services,
-            maintenance_window_start=settings.maintenance_window_start,
-            maintenance_exclusion=settings.maintenance_exclusion,
-            private_nodes=settings.private_nodes,
-            authorized_networks=settings.authorized_networks,
-            database_encryption_key=settings.database_encryption_key,
-            protect=protect_cluster,
-        ),
-    )
+    cluster = GkeCluster("gke", ClusterArgs(settings, networks, services, protect=protect_cluster))
     # Private nodes reach nvcr.io and Hugging Face through Cloud NAT; nodes with public IPs need none.
-    egress = None
-    if settings.private_nodes:
-        egress = ClusterEgress(
-            "egress",
-            ClusterEgressArgs(
-                name_prefix=settings.cluster_name,
-                project=settings.project,
-                region=settings.region,
-                networks=networks,
-                services=services,
-            ),
-        )
-    gpu_pool = GpuNodePool(
-        "gpu",
-        GpuNodePoolArgs(
-            project=settings.project,
-            region=settings.region,
-            zone=settings.zone,
-            preset=settings.preset,
-            max_nodes=settings.gpu_nodes,
-            provisioning=settings.gpu_provisioning,
-            reservation=settings.reservation,
-            cluster=cluster,
-            networks=networks,
-            max_run_hours=settings.max_run_hours,
-            nodes_at_creation=nodes_at_creation(
-                settings.gpu_provisioning, settings.gpu_autoscaling, settings.ray_worker_replicas
-            ),
-            image_cache_disk=settings.image_cache_disk,
-            protect=protect_gpu_pool,
-        ),
+    egress = (
+        ClusterEgress("egress", ClusterEgressArgs(settings, networks, services)) if settings.private_nodes else None
     )
+    gpu_pool = GpuNodePool("gpu", GpuNodePoolArgs(settings, cluster, networks, protect=protect_gpu_pool))
     export_bucket = None
     if settings.export_bucket == EXPORT_BUCKET_CREATE:
-        export_bucket = ExportBucket(
-            "model-export",
-            ExportBucketArgs(
-                name=settings.export_bucket_name,
-                project=settings.project,
-                location=settings.region,
-                protect=settings.protect_data,
-                services=services,
-            ),
-        )
+        export_bucket = ExportBucket("model-export", ExportBucketArgs(settings, services))
     return Infra(
         networks=networks,
         cluster=cluster,

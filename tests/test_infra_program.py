@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import HF_TOKEN, INFRA_STACKS, ROOT, WANDB_KEY, RunInfra
+from pydantic import BaseModel
 
 from infra.settings import ConfigError
 from tools.offline import (
@@ -276,12 +277,14 @@ def test_a_new_project_gets_its_apis_enabled_first(stack_run):
 def test_configuration_table_has_a_row_for_every_key_the_program_reads():
     """A key added to settings (and Pulumi.yaml) but not to docs/configuration.md's infra table is undocumented; a row
     for a key the program no longer reads would be refused by check_keys."""
-    from infra.settings import _OBJECT_KEYS, _PLAIN_KEYS, _SECRET_KEYS
+    from config_rules import keys_of
+
+    from infra.settings import MODEL, SECRETS
 
     guide = (ROOT / "docs" / "configuration.md").read_text()
     section = guide[guide.index("## Infra stack (root project") : guide.index("## Job stack (")]
     rows = set(re.findall(r"^\| `([^`]+)`", section, re.MULTILINE))
-    read = {*_PLAIN_KEYS, *_OBJECT_KEYS, *_SECRET_KEYS}
+    read = {key for key in [*keys_of(MODEL), *SECRETS] if not key.startswith("gcp:")}
     documented = {row.split(".")[0] for row in rows if not row.startswith("gcp:")}
     assert read - documented == set(), "keys without a row in docs/configuration.md"
     assert documented - read == set(), "rows in docs/configuration.md for keys the program does not read"
@@ -451,6 +454,10 @@ def test_bad_config_registers_nothing(run_infra: RunInfra):
     assert monitor_calls == []
 
 
+def _is_model(annotation: object) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
 def test_project_file_declares_every_plain_key_with_type_and_description():
     project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
     declared = project["config"]
@@ -458,9 +465,12 @@ def test_project_file_declares_every_plain_key_with_type_and_description():
         assert declaration["type"] in ("string", "integer", "boolean", "array"), key  # what Pulumi's schema allows
         assert declaration.get("description"), key
         assert set(declaration) <= {"type", "description", "default", "secret", "items"}, key
-    from infra.settings import _PLAIN_KEYS
+    from config_rules import keys_of
 
-    assert set(_PLAIN_KEYS) <= set(declared)
+    from infra.settings import MODEL
+
+    plain = {key for key, field in keys_of(MODEL).items() if ":" not in key and not _is_model(field.annotation)}
+    assert plain <= set(declared)
     assert declared["hfToken"]["secret"] is True and "default" not in declared["hfToken"]
 
 

@@ -11,7 +11,7 @@ import pytest
 from netpol import Address, Pod, allowed
 from upstream import reference
 
-from infra.settings import _RANGE_KEYS
+from infra.settings import NetworkRanges
 from tools import plan_run, ray_pods, render
 from workloads.network_policy import SUBMITTER_LABEL
 
@@ -51,7 +51,9 @@ class Rendered:
         )
         (job,) = [r for r in result.jobs.resources if r.type == "kubernetes:batch/v1:Job"]
         self.submitter = Pod(self.namespace, job.inputs["spec"]["template"]["metadata"]["labels"], str(next(ips)))
-        subnet = ipaddress.ip_network(_RANGE_KEYS["clusterSubnet"])  # no shipped stack sets networkRanges
+        subnet = ipaddress.ip_network(
+            NetworkRanges.model_validate({}).cluster_subnet
+        )  # no shipped stack sets networkRanges
         self.api_server = Address(str(subnet[2]))
         self.node = Address(str(subnet[5]))
 

@@ -13,6 +13,7 @@ from pathlib import PurePosixPath
 
 import pytest
 import yaml
+from config_rules import keys_of
 from conftest import ROOT
 from launcher import settings as job_settings
 
@@ -77,7 +78,7 @@ def check_key_documented(key: str, declared: dict | None, rows: dict[str, str]) 
     )
 
 
-INFRA_KEYS = (*infra_settings._PLAIN_KEYS, *infra_settings._OBJECT_KEYS, *infra_settings._SECRET_KEYS)
+INFRA_KEYS = (*keys_of(infra_settings.MODEL), *infra_settings.SECRETS)
 JOB_KEYS = (*job_settings._PLAIN_KEYS, *job_settings._OBJECT_KEYS)
 
 

@@ -89,8 +89,10 @@ def schema_entries(model: type[BaseModel], secrets: Mapping[str, Secret]) -> dic
             entry["items"] = {"type": "string"}
         entry["description"] = _text(field.description)
         default = _default(field)
-        if default is not PydanticUndefined:
-            entry["default"] = "" if default is None else list(default) if kind == "array" else default
+        if default is None:  # unset: Pulumi's schema has no empty value but text's ""
+            entry.update(type="string", default="")
+        elif default is not PydanticUndefined:
+            entry["default"] = list(default) if kind == "array" else default
         entries[key] = entry
     for key, secret in secrets.items():
         if secret.required:
