@@ -33,6 +33,8 @@ class _Model(BaseModel):
     nodes: WholeNumber = Field(2, alias="gpuNodes", ge=1)
     mode: Literal["reservation", "spot"] = Field("reservation", alias="gpuProvisioning")
     protect: Flag = Field(True, alias="protectData")
+    # The bound around the text type (not inside it): the error still shows the number read.
+    hours: Annotated[WholeNumber, Field(alias="maxRunHours", le=168)] = 0
     name: Annotated[Text, Allowed("lowercase letters")] = Field("nemo", alias="clusterName", pattern="^[a-z]+$")
     inner: _Inner = Field(default_factory=lambda: _Inner.model_validate({}), alias="lustre")
 
@@ -61,6 +63,7 @@ class _Model(BaseModel):
         ({"lustre": {"subnets": ["a", 5, {}]}}, "config 'lustre.subnets[2]' = {} is not allowed: a CIDR range"),
         ({"lustre": "big"}, "config 'lustre' = 'big' is not allowed: an object with capacityGib, subnets"),
         ({"gpuNodes": "7"}, "config 'gpuNodes' = 7 is not allowed: anything but 7"),
+        ({"maxRunHours": "200"}, "config 'maxRunHours' = 200 is not allowed: at most 168"),
     ],
 )
 def test_each_mistake_is_one_line_naming_key_value_and_rule(values: dict[str, object], line: str) -> None:

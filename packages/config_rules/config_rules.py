@@ -102,8 +102,18 @@ Number = Annotated[float, BeforeValidator(_number)]
 Text = Annotated[str, BeforeValidator(_text)]
 # The errors of the types above: their own words, whatever rule the field adds.
 _TYPE_ERRORS = ("whole_number", "flag", "number")
+_NUMBER_BOUNDS = ("greater_than_equal", "greater_than", "less_than_equal", "less_than", "multiple_of")
 
 Model = TypeVar("Model", bound=BaseModel)
+
+
+def _as_read(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text.strip())
+        except ValueError:
+            pass
+    return text
 
 
 def validated(model: type[Model], values: Mapping[str, Any], context: Mapping[str, Any] | None = None) -> Model:
@@ -125,6 +135,8 @@ def config_error(error: ValidationError, model: type[BaseModel]) -> ConfigError:
         fields = f" ({parent} has {', '.join(known)})" if parent else ""
         return UnknownKeyError(key, closest(str(loc[-1]), known, {}) + fields)
     value = None if kind == "missing" else first["input"]
+    if kind in _NUMBER_BOUNDS and isinstance(value, str):  # a bound around the text type: show the number it read
+        value = _as_read(value)
     if kind in _TYPE_ERRORS:
         return ConfigError(key, value, first["msg"])
     metadata = list(getattr(field, "metadata", ()))
