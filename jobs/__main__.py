@@ -2,9 +2,12 @@
 
 import pulumi
 import pulumi_kubernetes as k8s
+from config_rules import ConfigError
 from launcher import checkpoints
 from launcher.cost import run_estimate
+from launcher.infra_outputs import read_infra_outputs
 from launcher.job import PipelineJob, PipelineJobArgs
+from launcher.job_settings import build_job_settings, read_config
 from launcher.overrides import model_notes, recipe_notes
 from launcher.paths import archive_uri, checkpoint_dir, model_uri
 from launcher.script import (
@@ -14,7 +17,6 @@ from launcher.script import (
     pipeline_script,
     ray_job_command,
 )
-from launcher.settings import ConfigError, build_job_settings, read_config, read_infra_outputs
 from launcher.steps import attempt_ids, entrypoint_text, pipeline_steps, rerun_warnings
 
 values = read_config()

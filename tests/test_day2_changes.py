@@ -14,7 +14,7 @@ import pulumi
 import pytest
 import yaml
 from conftest import HF_TOKEN, ROOT, WANDB_KEY
-from launcher.settings import build_infra_outputs
+from launcher.infra_outputs import build_infra_outputs
 from pulumi.runtime import settings as runtime_settings
 from pulumi.runtime.settings import _get_rpc_manager
 from test_day2 import DEV_LUSTRE, LUSTRE, RELEASE, UNLOCKED, registered_types, run_dev

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import shared_infra_run
-from launcher.settings import DATA_LAYOUTS
+from launcher.infra_outputs import DATA_LAYOUTS
 from test_settings import expect_error, settings_with
 from upstream import reference
 

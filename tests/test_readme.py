@@ -15,7 +15,7 @@ import pytest
 import yaml
 from config_rules import keys_of
 from conftest import ROOT
-from launcher import settings as job_settings
+from launcher import job_settings
 
 from infra import settings as infra_settings
 from tools.plan_stacks import EXAMPLE_STACKS
@@ -79,7 +79,7 @@ def check_key_documented(key: str, declared: dict | None, rows: dict[str, str]) 
 
 
 INFRA_KEYS = (*keys_of(infra_settings.MODEL), *infra_settings.SECRETS)
-JOB_KEYS = (*job_settings._PLAIN_KEYS, *job_settings._OBJECT_KEYS)
+JOB_KEYS = tuple(keys_of(job_settings.MODEL))
 
 
 @pytest.mark.parametrize("key", INFRA_KEYS)

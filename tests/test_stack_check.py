@@ -250,10 +250,11 @@ def test_did_you_mean_proposes_the_provider_keys_and_maps_the_tutorials_names(ke
     ],
 )
 def test_job_did_you_mean_maps_the_tutorials_names(key: str, hint: str):
-    from launcher.settings import UnknownKeyError, check_keys
+    from config_rules import UnknownKeyError, check_keys, keys_of
+    from launcher.job_settings import KEY_ALIASES, MODEL
 
     with pytest.raises(UnknownKeyError) as caught:
-        check_keys("nemo-rl-jobs", [f"nemo-rl-jobs:{key}"])
+        check_keys("nemo-rl-jobs", [f"nemo-rl-jobs:{key}"], keys_of(MODEL), KEY_ALIASES)
     assert str(caught.value).startswith(f"config 'nemo-rl-jobs:{key}' is not a key this program reads: {hint}")
 
 

@@ -217,7 +217,7 @@ def test_rendered_timeline_names_the_path_and_the_totals(dev_plan: Plan):
 
 
 def test_the_evaluations_are_modeled_as_the_run_estimate_counts_them(dev_plan: Plan):
-    from launcher.settings import EVAL_MINUTES
+    from launcher.cost import EVAL_MINUTES
 
     for step in ("eval-base", "eval-final"):
         assert timeline.RUN_STEP_DURATIONS[step].minutes == EVAL_MINUTES  # estimatedRun uses the same figure

@@ -62,6 +62,8 @@ def _pulumi_type(annotation: Any) -> str | None:
         return _pulumi_type(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
         kinds = {_pulumi_type(arg) for arg in typing.get_args(annotation) if arg is not type(None)}
+        if "array" in kinds and len(kinds) > 1:
+            return None  # a list or one item: no schema type holds both, so it is read as an object
         return kinds.pop() if len(kinds) == 1 else "string"
     if origin in (list, tuple):
         return "array"
@@ -92,7 +94,7 @@ def schema_entries(model: type[BaseModel], secrets: Mapping[str, Secret]) -> dic
         if default is None:  # unset: Pulumi's schema has no empty value but text's ""
             entry.update(type="string", default="")
         elif default is not PydanticUndefined:
-            entry["default"] = list(default) if kind == "array" else default
+            entry["default"] = list(default) if kind == "array" else str(default) if kind == "string" else default
         entries[key] = entry
     for key, secret in secrets.items():
         if secret.required:

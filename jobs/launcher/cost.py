@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from launcher import step_times
-from launcher.settings import (
-    EVAL_MINUTES,
-    InfraOutputs,
-    JobSettings,
-)
+from launcher.infra_outputs import InfraOutputs
+from launcher.job_settings import JobSettings
+
+# Minutes one GSM8K evaluation (eval-base, eval-final) holds the run's GPU nodes: 6-8 minutes for Gemma 3 27B on one
+# 8-GPU node, most of it vLLM start-up (the GKE sample's logs). An estimate, taken at its upper end.
+EVAL_MINUTES = 8.0
 
 USER_RATE = "gpuNodeHourlyPrice"  # infra/cost.py's name for a rate the user set
 

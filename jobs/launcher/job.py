@@ -10,9 +10,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 from submitter.ray_auth import AUTH_MODE_ENV, AUTH_TOKEN_ENV
 
+from launcher.infra_outputs import InfraOutputs
+from launcher.job_settings import JobSettings
 from launcher.paths import SCRIPTS_MOUNT, SUBMITTER_PACKAGE, job_name, run_marker_name
 from launcher.script import STOP_TIMEOUT_S
-from launcher.settings import InfraOutputs, JobSettings
 
 JOBS_DIR = Path(__file__).resolve().parent.parent
 # What the submitter pod carries: the submitter itself (and every module of its package, see launcher_files) and the

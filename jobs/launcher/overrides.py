@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from config_rules import ConfigError
+
 from launcher import paths, performance
-from launcher.settings import FLAT_DATA, ConfigError, InfraOutputs, JobSettings
+from launcher.infra_outputs import FLAT_DATA, InfraOutputs
+from launcher.job_settings import JobSettings
 
 # The prompt every shipped recipe trains with (data.prompt_file up to v0.5.0, data.default.prompt_file from v0.6.0;
 # tests resolve each recipe to it): the evaluations ask in the same words. eval.yaml's own default is no prompt.

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from launcher.settings import InfraOutputs, JobSettings
+from launcher.infra_outputs import InfraOutputs
+from launcher.job_settings import JobSettings
 
 SCRIPTS_MOUNT = "/opt/launcher"  # the ConfigMap with our scripts, inside the submitter pod
 # ray_submit.py's modules, in a folder beside it (in the ConfigMap volume and in the per-run copy on Lustre).

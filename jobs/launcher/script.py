@@ -7,7 +7,9 @@ import shlex
 from submitter.attempts import DEFAULT_MAX_RESUBMITS
 
 from launcher import paths
-from launcher.settings import BENCHMARK_MEASURED_STEPS, BenchmarkRecipe, InfraOutputs, JobSettings
+from launcher.benchmark_settings import BENCHMARK_MEASURED_STEPS, BenchmarkRecipe
+from launcher.infra_outputs import InfraOutputs
+from launcher.job_settings import JobSettings
 from launcher.steps import Step, attempt_ids, entrypoint_text, gpu_nodes_to_check, wait_for_workers
 
 SUBMITTER = f"{paths.SCRIPTS_MOUNT}/ray_submit.py"

@@ -5,11 +5,13 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, replace
 
+from config_rules import ConfigError
 from submitter.attempts import DEFAULT_MAX_RESUBMITS, attempt_id
 
 from launcher import paths
+from launcher.infra_outputs import InfraOutputs
+from launcher.job_settings import JobSettings
 from launcher.overrides import benchmark_overrides, eval_overrides, grpo_overrides
-from launcher.settings import ConfigError, InfraOutputs, JobSettings
 
 NEMO_RL_DIR = "/opt/nemo-rl"  # where the NeMo RL image keeps its sources and uv project
 # NeMo RL's evaluation (the same script and base config at v0.5.0 and v0.7.0), relative to its sources.

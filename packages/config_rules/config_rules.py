@@ -140,8 +140,8 @@ def config_error(error: ValidationError, model: type[BaseModel]) -> ConfigError:
     if kind in _TYPE_ERRORS:
         return ConfigError(key, value, first["msg"])
     metadata = list(getattr(field, "metadata", ()))
-    if field is not None and isinstance(loc[-1], int):  # a list item: its own type's rule
-        metadata += [m for arg in typing.get_args(field.annotation) for m in getattr(arg, "__metadata__", ())]
+    if field is not None and owner is None:  # a list's or a map's item: its own type's rule first
+        metadata[:0] = [m for arg in typing.get_args(field.annotation) for m in getattr(arg, "__metadata__", ())]
     rule = next((item.text for item in metadata if isinstance(item, Allowed)), None)
     return ConfigError(key, value, rule or _rule_of(kind, first.get("ctx", {}), field, first["msg"]))
 
@@ -184,7 +184,7 @@ def _field_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> tuple[type[
         if isinstance(part, int):
             continue
         if owner is None:
-            return None, None
+            return None, field  # a map's key: the map's field
         field = next((f for name, f in owner.model_fields.items() if (f.alias or name) == part), None)
         if field is None:
             return owner, None
@@ -203,14 +203,18 @@ def object_keys(model: type[BaseModel]) -> tuple[str, ...]:
     return tuple(
         key
         for key, field in keys_of(model).items()
-        if _model_in(field.annotation) or typing.get_origin(field.annotation) in (list, tuple, dict)
+        if _model_in(field.annotation)
+        or {typing.get_origin(t) for t in (field.annotation, *typing.get_args(field.annotation))} & {list, tuple, dict}
     )
 
 
 def alias_hint(key: str, aliases: Mapping[str, str]) -> str | None:
-    """What to set instead of `key` when it is a known stand-in (by its letters alone: case, '_' and '-' dropped)."""
+    """What to set instead of `key` when it is a known stand-in (by its letters alone: case, '_' and '-' dropped):
+    a target naming a key ('KEY' ...) reads "did you mean 'KEY' ...?", any other is the hint as written."""
     target = aliases.get(re.sub(r"[^a-z0-9]", "", key.lower()))
-    return f"did you mean {target}?" if target else None
+    if not target:
+        return None
+    return f"did you mean {target}?" if target.startswith("'") else target
 
 
 def closest(key: str, known: Iterable[str], aliases: Mapping[str, str], fallback: str = "") -> str:

@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from config_rules import ConfigError
 from launcher.cost import run_estimate
-from launcher.settings import (
-    ConfigError,
-    build_job_settings,
-)
+from launcher.job_settings import build_job_settings
 from test_nemo_rl_loader import RELEASES, infra, resolve, stack_values  # noqa: F401 (the module fixture)
 from upstream import reference
 

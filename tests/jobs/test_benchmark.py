@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from config_rules import ConfigError
 from conftest import ROOT
 from launcher import performance
+from launcher.benchmark_settings import DEFAULT_BENCHMARK_RECIPES
 from launcher.cost import run_estimate
+from launcher.infra_outputs import FLAT_DATA
+from launcher.job_settings import build_job_settings
 from launcher.paths import benchmark_dataset_dir
 from launcher.script import benchmark_summary_command, measured_steps, pipeline_script
-from launcher.settings import DEFAULT_BENCHMARK_RECIPES, FLAT_DATA, ConfigError, build_job_settings
 from launcher.steps import entrypoint_text, pipeline_steps
 from test_nemo_rl_loader import RELEASES, infra, stack_values  # noqa: F401 (the module fixture)
 from upstream import reference, resolve_with_nemo_rl

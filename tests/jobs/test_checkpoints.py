@@ -8,9 +8,11 @@ import re
 from typing import Any
 
 import pytest
+from config_rules import ConfigError
 from conftest import shared_infra_run
 from launcher import checkpoints, performance
-from launcher.settings import ConfigError, InfraOutputs, build_infra_outputs, build_job_settings
+from launcher.infra_outputs import InfraOutputs, build_infra_outputs
+from launcher.job_settings import build_job_settings
 from upstream import reference, resolve_with_nemo_rl
 
 DEEPSEEK = "examples/configs/recipes/llm/performance/grpo-deepseek-v3-32n8g.yaml"

@@ -17,10 +17,12 @@ from typing import Any
 
 import pytest
 import yaml
+from config_rules import ConfigError
 from conftest import ROOT, shared_infra_run
+from launcher.infra_outputs import InfraOutputs, build_infra_outputs
+from launcher.job_settings import JobSettings, build_job_settings
 from launcher.overrides import TRAINING_PROMPT_FILE
 from launcher.script import eval_summary_show_command, pipeline_script
-from launcher.settings import ConfigError, InfraOutputs, JobSettings, build_infra_outputs, build_job_settings
 from launcher.steps import EVAL_CONFIG, EVAL_ENTRYPOINT, Step, entrypoint_text, pipeline_steps
 from script_loader import load_script
 from upstream import nemo_rl_python, reference, resolve_with_nemo_rl

@@ -42,8 +42,9 @@ def test_only_a_larger_value_of_the_key_is_an_extension() -> None:
 
 def test_the_launcher_lets_the_train_step_alone_be_extended() -> None:
     from conftest import shared_infra_run
+    from launcher.infra_outputs import build_infra_outputs
+    from launcher.job_settings import build_job_settings
     from launcher.script import submit_command
-    from launcher.settings import build_infra_outputs, build_job_settings
 
     infra = build_infra_outputs(shared_infra_run("h200").outputs)
     job = build_job_settings({"infraStack": "organization/nemo-rl-gke/h200"}, infra)

@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from config_rules import ConfigError
 from conftest import ROOT, shared_infra_run
 from fake_tools import fake_env, fake_tools
+from launcher.infra_outputs import InfraOutputs, build_infra_outputs
 from launcher.job import SCRIPT_FILES
+from launcher.job_settings import build_job_settings
 from launcher.overrides import grpo_overrides
 from launcher.paths import SCRIPTS_MOUNT, SUBMITTER_PACKAGE
 from launcher.script import SUBMITTER, pipeline_script
-from launcher.settings import ConfigError, InfraOutputs, build_infra_outputs, build_job_settings
 from launcher.steps import entrypoint_text, pipeline_steps, rerun_warnings
 from script_loader import load_script
 from upstream import reference
@@ -807,13 +809,14 @@ def test_no_export_without_a_bucket_or_a_conversion(infra_outputs):
 def test_the_project_files_defaults_are_the_programs(infra_outputs, stack):
     """The CLI hands jobs/Pulumi.yaml's defaults to the program, the mocks do not: both must give the same run."""
     import yaml
-    from launcher.settings import _OBJECT_KEYS, _PLAIN_KEYS
+    from config_rules import keys_of
+    from launcher.job_settings import MODEL
 
     project_file = (JOBS / "Pulumi.yaml").read_text()
     declared = yaml.safe_load(project_file)["config"]
     # Pulumi's schema has no object type: `rerun` and `dataset` are read but not declared, and the file's comment
     # says so.
-    assert set(declared) == {*_PLAIN_KEYS, *_OBJECT_KEYS} - {"rerun", "dataset", "benchmarkRecipes"}
+    assert set(declared) == set(keys_of(MODEL)) - {"rerun", "dataset", "benchmarkRecipes"}
     assert "the object keys `rerun`" in project_file and "and `dataset`" in project_file
     assert "`benchmarkRecipes`" in project_file
     assert all(d.get("description") for d in declared.values())

@@ -11,9 +11,11 @@ from typing import Any
 
 import pulumi
 import pytest
+from config_rules import ConfigError
 from conftest import ROOT, shared_infra_run
+from launcher.infra_outputs import InfraOutputs, build_infra_outputs
+from launcher.job_settings import JobSettings, build_job_settings
 from launcher.overrides import model_notes
-from launcher.settings import ConfigError, InfraOutputs, JobSettings, build_infra_outputs, build_job_settings
 from launcher.steps import entrypoint_text, pipeline_steps
 
 from tools.offline import load_stack_config, run_program
@@ -57,7 +59,6 @@ def steps_of(job_settings: JobSettings, net: InfraOutputs) -> dict[str, list[str
             "policy.model_name is derived from model: set that",
         ),
         ({"dataset": "gs://b/x.jsonl"}, "dataset", "'gs://b/x.jsonl'", "an object {source, problemField"),
-        ({"dataset": {**DATASET, "problemFeild": "q"}}, "dataset.problemFeild", "'q'", "did you mean 'problemField'?"),
         ({"dataset": {**DATASET, "source": None}}, "dataset.source", None, "a JSONL file: gs://BUCKET/PATH.jsonl"),
         ({"dataset": {**DATASET, "source": "s3://b/x.jsonl"}}, "dataset.source", "'s3://b/x.jsonl'", "hf://datasets/"),
         ({"dataset": {**DATASET, "source": "gs://b/rows.csv"}}, "dataset.source", "'gs://b/rows.csv'", "PATH.jsonl"),
@@ -98,6 +99,16 @@ def test_what_cannot_work_is_refused_with_key_value_and_what_is_allowed(net, val
     assert refused.value.key == key
     assert message.startswith(f"config '{key}' " + ("is not set" if shown is None else f"= {shown}"))
     assert allowed in message
+
+
+def test_an_unknown_dataset_field_is_refused_naming_the_closest_one(net):
+    """An unknown field is refused like any unknown key: the key, and the field it is closest to."""
+    with pytest.raises(ConfigError) as refused:
+        job(net, dataset={**DATASET, "problemFeild": "q"})
+    assert refused.value.key == "dataset.problemFeild"
+    assert str(refused.value).startswith(
+        "config 'dataset.problemFeild' is not a key this program reads: did you mean 'problemField'?"
+    )
 
 
 def test_the_benchmark_refuses_a_model_or_a_dataset(infra_outputs):

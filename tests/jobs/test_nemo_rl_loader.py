@@ -13,16 +13,11 @@ from typing import Any
 
 import pytest
 import upstream
+from config_rules import ConfigError
 from conftest import ROOT, shared_infra_run
+from launcher.infra_outputs import FLAT_DATA, InfraOutputs, build_infra_outputs
+from launcher.job_settings import JobSettings, build_job_settings
 from launcher.overrides import recipe_notes
-from launcher.settings import (
-    FLAT_DATA,
-    ConfigError,
-    InfraOutputs,
-    JobSettings,
-    build_infra_outputs,
-    build_job_settings,
-)
 from launcher.steps import entrypoint_text, pipeline_steps
 from script_loader import load_script
 from upstream import NemoRlRefusedError, reference, resolve_with_nemo_rl

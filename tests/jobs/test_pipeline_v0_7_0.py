@@ -8,8 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from config_rules import ConfigError
 from conftest import run_infra_stack, shared_infra_run
-from launcher.settings import ConfigError, build_infra_outputs, build_job_settings
+from launcher.infra_outputs import build_infra_outputs
+from launcher.job_settings import build_job_settings
 from test_nemo_rl_loader import entry_args, resolve, stack_values
 from upstream import NemoRlRefusedError, reference, resolve_with_nemo_rl
 

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import ROOT, run_infra_stack
-from launcher.settings import build_infra_outputs, build_job_settings
+from launcher.infra_outputs import build_infra_outputs
+from launcher.job_settings import build_job_settings
 from launcher.steps import entrypoint_text, pipeline_steps
 from script_loader import load_script
 from upstream import nemo_rl_python, reference, resolve_with_nemo_rl

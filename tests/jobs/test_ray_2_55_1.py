@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, shared_infra_run
+from launcher.infra_outputs import InfraOutputs, build_infra_outputs
+from launcher.job_settings import build_job_settings
 from launcher.script import submit_command
-from launcher.settings import InfraOutputs, build_infra_outputs, build_job_settings
 from launcher.steps import pipeline_steps
 from ray_head import HEAD_GPUS, place_held
 from ray_v0_7_0 import RAY_VERSION, TOKEN, WITH_TOKEN

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from config_rules import ConfigError
 from conftest import ROOT, shared_infra_run
 from fake_tools import fake_env, fake_tools
+from launcher.infra_outputs import InfraOutputs, build_infra_outputs
+from launcher.job_settings import build_job_settings
 from launcher.script import SUBMITTER, outcome_record, pipeline_script, submit_command
-from launcher.settings import ConfigError, InfraOutputs, build_infra_outputs, build_job_settings
 from launcher.steps import pipeline_steps, rerun_warnings
 from ray_head import place_held
 from submitter import errors
@@ -80,7 +82,7 @@ def test_a_train_rerun_keeps_its_retry_budget_under_the_new_id(infra: InfraOutpu
         ({"train-sync": 1}, "rerun.train-sync", "eval-final"),  # a benchmark step: not one of this run
         ({"train": -1}, "rerun.train", "a whole number 0..999"),
         ({"train": 1000}, "rerun.train", "0..999"),
-        ({"train": True}, "rerun.train", "raise it by one"),
+        ({"train": True}, "rerun.train", "a whole number"),
         ({"train": "once"}, "rerun.train", "a whole number"),
         (["train"], "rerun", "a map of step name to rerun number"),
     ],

@@ -7,15 +7,12 @@ import shlex
 from typing import Any
 
 import pytest
+from config_rules import ConfigError
 from conftest import run_infra_stack, shared_infra_run
-from launcher.cost import run_estimate
+from launcher.cost import EVAL_MINUTES, run_estimate
+from launcher.infra_outputs import build_infra_outputs
+from launcher.job_settings import build_job_settings
 from launcher.script import pipeline_script
-from launcher.settings import (
-    EVAL_MINUTES,
-    ConfigError,
-    build_infra_outputs,
-    build_job_settings,
-)
 from launcher.steps import pipeline_steps
 
 

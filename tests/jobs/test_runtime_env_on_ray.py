@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, shared_infra_run
+from launcher.infra_outputs import InfraOutputs, build_infra_outputs
+from launcher.job_settings import build_job_settings
 from launcher.script import SUBMITTER, submit_command
-from launcher.settings import InfraOutputs, build_infra_outputs, build_job_settings
 from launcher.steps import pipeline_steps
 from ray_head import place_held
 from upstream import reference

@@ -83,9 +83,9 @@ def test_the_preflight_records_the_node_name_and_the_report_file_feeds_the_scrip
 
 def test_the_pipeline_runs_the_report_after_the_nccl_preflight():
     from conftest import shared_infra_run
+    from launcher.infra_outputs import build_infra_outputs
     from launcher.paths import nccl_report_file
     from launcher.script import pipeline_script, topology_command
-    from launcher.settings import build_infra_outputs
     from launcher.steps import pipeline_steps
     from test_checkpoints import settings
 
