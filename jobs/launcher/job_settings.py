@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 import pulumi
@@ -76,14 +75,6 @@ KEY_ALIASES = {
 }
 # python-re: the model id's rule needs a lookahead (no '--' or '..' anywhere).
 _CONFIG = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, regex_engine="python-re")
-
-
-@dataclass(frozen=True)
-class PreflightSettings:
-    enabled: bool
-    min_busbw_gbps: float
-    lustre_gib_per_node: float
-    lustre_min_fraction: float
 
 
 class DatasetSettings(BaseModel):
@@ -403,13 +394,14 @@ class JobSettings(BaseModel):
                 f"runs NeMo RL's performance recipes unchanged (but for paths and maxNumSteps), so "
                 f"{', '.join(ignored)} would be ignored: remove them from the benchmark's job stack",
             )
-        for key, why in (
-            ("convertToHf", "its checkpoints are not a model to keep"),
-            ("archive", "its checkpoints are not a model to keep"),
-            ("evalBase", "it measures speed, on NVIDIA's data, not accuracy"),
-            ("evalFinal", "it measures speed, on NVIDIA's data, not accuracy"),
-        ):
+        for key in ("convertToHf", "archive", "evalBase", "evalFinal"):
             if values[key]:
+                speed = key.startswith("eval")
+                why = (
+                    "it measures speed, on NVIDIA's data, not accuracy"
+                    if speed
+                    else "its checkpoints are not a model to keep"
+                )
                 raise ConfigError(key, True, f"false with benchmark: {why}")
         return chosen
 
@@ -420,24 +412,13 @@ class JobSettings(BaseModel):
 
     @property
     def training_backend(self) -> str:
-        """The recipe's training backend: "megatron" for NeMo RL's performance recipes (policy.megatron_cfg.enabled),
-        "dtensor" for any other."""
+        """Megatron for NeMo RL's performance recipes (policy.megatron_cfg.enabled), DTensor for any other."""
         return self._training[0]
 
     @property
     def training_parallel(self) -> tuple[int, int, int]:
-        """The recipe's tensor, pipeline and context parallel sizes (DTensor: dtensorTensorParallelSize, 1, 1;
-        Megatron: the recipe's policy.megatron_cfg sizes, or the extraOverrides that change them)."""
+        """TP, PP, CP: dtensorTensorParallelSize, 1, 1, or the Megatron recipe's (with extraOverrides applied)."""
         return self._training[1]
-
-    @property
-    def preflight(self) -> PreflightSettings:
-        return PreflightSettings(
-            self.preflight_enabled,
-            self.preflight_min_busbw_gbps,
-            self.preflight_lustre_gib_per_node,
-            self.preflight_lustre_min_fraction,
-        )
 
     @property
     def train_global_batch_size(self) -> int:

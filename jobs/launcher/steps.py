@@ -60,7 +60,7 @@ def _planned_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
     scripts = paths.scripts_dir(job, infra)
     ckpt = paths.checkpoint_dir(job, infra)
     steps: list[Step] = []
-    if job.preflight.enabled:
+    if job.preflight_enabled:
         steps.append(
             Step(
                 "preflight-nccl",
@@ -69,7 +69,7 @@ def _planned_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
                     f"{scripts}/nccl_allreduce.py",
                     f"--nodes={gpu_nodes_to_check(job, infra)}",
                     f"--gpus-per-node={infra.gpus_per_node}",
-                    f"--min-busbw-gbps={job.preflight.min_busbw_gbps:g}",
+                    f"--min-busbw-gbps={job.preflight_min_busbw_gbps:g}",
                     f"--json-out={paths.nccl_report_file(job, infra)}",
                 ),
                 on_failure=(
@@ -89,8 +89,8 @@ def _planned_steps(job: JobSettings, infra: InfraOutputs) -> list[Step]:
                     f"--nodes={gpu_nodes_to_check(job, infra)}",
                     f"--capacity-gib={infra.lustre_capacity_gib}",
                     f"--tier-mbps-per-tib={infra.lustre_throughput_mbps_per_tib}",
-                    f"--gib-per-node={job.preflight.lustre_gib_per_node:g}",
-                    f"--min-fraction={job.preflight.lustre_min_fraction:g}",
+                    f"--gib-per-node={job.preflight_lustre_gib_per_node:g}",
+                    f"--min-fraction={job.preflight_lustre_min_fraction:g}",
                 ),
                 on_failure="the Lustre mount on the workers (PVC bound, CSI driver, legacy port 6988, peering)",
             )
