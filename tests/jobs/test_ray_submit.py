@@ -160,11 +160,13 @@ def test_failed_job_exits_1(jobs_address: str, client: Any) -> None:
     assert str(client.get_job_status(sid)) == "FAILED"
 
 
-def _stopped_while_running(client: Any, sid: str, args: list[str]) -> tuple[int, str]:
-    """Run the submitter, `ray job stop` the job once it runs; the submitter's exit code and output."""
+def _stopped_while_running(client: Any, sid: str, args: list[str], started: str = "") -> tuple[int, str]:
+    """Run the submitter, `ray job stop` the job once it runs (and its log holds `started`: RUNNING comes before
+    the entrypoint's first line); the submitter's exit code and output."""
     proc = _start(args)
     try:
-        wait_for(lambda: _status(client, sid) == "RUNNING", 60, "the job to run")
+        wait_for(lambda: _status(client, sid) == "RUNNING" and started in client.get_job_logs(sid), 60,
+                 "the job to run")  # fmt: skip
         assert client.stop_job(sid) is True
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -175,7 +177,7 @@ def _stopped_while_running(client: Any, sid: str, args: list[str]) -> tuple[int,
 def test_stopped_job_exits_3(jobs_address: str, client: Any) -> None:
     sid = _new_id("stop")
     code, out = _stopped_while_running(
-        client, sid, _cmd(jobs_address, sid, "sh", "-c", "echo started-$((3*3)); sleep 60")
+        client, sid, _cmd(jobs_address, sid, "sh", "-c", "echo started-$((3*3)); sleep 60"), started="started-9"
     )
     assert code == errors.EXIT_STOPPED == 3, out
     assert _last_line(out) == f"ray_submit: job {sid} STOPPED"
