@@ -322,7 +322,9 @@ def test_two_submitters_of_one_run_never_run_train_at_once(fake_head: FakeJobsAp
     second: subprocess.Popen[str] | None = None
     watcher = threading.Thread(target=watch, daemon=True)
     try:
-        wait_for(lambda: _status(head.address, sid) == "RUNNING", 90, f"{sid} to run")
+        # RUNNING comes before the entrypoint's first line: a restart before it leaves no run in the marker, and the
+        # next attempt would take itself for the first (a clean-clone CI run hung so).
+        wait_for(lambda: marker.exists() and _status(head.address, sid) == "RUNNING", 90, f"{sid} to run")
         watcher.start()
         first.send_signal(signal.SIGSTOP)
         head.stop()
@@ -337,8 +339,8 @@ def test_two_submitters_of_one_run_never_run_train_at_once(fake_head: FakeJobsAp
         wait_for(lambda: any(follows in line for line in first_lines) or first.poll() is not None,
                  120, "the first submitter to follow the next attempt")  # fmt: skip
         release.touch()
-        try:  # a loaded CI machine once took over 60 s here; the output says where it was
-            first.wait(timeout=180)
+        try:  # a hang says where the first submitter was
+            first.wait(timeout=60)
         except subprocess.TimeoutExpired:
             pytest.fail("the first submitter did not end:\n" + "".join(first_lines))
         reader.join(timeout=10)
