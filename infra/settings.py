@@ -23,6 +23,7 @@ from config_rules import (
     WholeNumber,
     keys_of,
     object_keys,
+    runtime_config_keys,
     validated,
 )
 from config_rules import check_keys as check_config_keys
@@ -492,6 +493,8 @@ class InfraSettings(_Keys):
     that table's replacing keys are refused."""
     # Keys of DERIVED_FROM the user left unset, whose value the program derived.
     _derived_keys: tuple[str, ...] = PrivateAttr(())
+    # What infra/zone_table.json cannot say about the zone (a region it has not read): warned, not refused.
+    _zone_notes: tuple[str, ...] = PrivateAttr(())
 
     @model_validator(mode="before")
     @classmethod
@@ -586,9 +589,10 @@ class InfraSettings(_Keys):
         zone_match = re.match(_ZONE_RE, zone)
         if not zone_match or zone_match.group(1) != region:
             raise ConfigError("zone", zone, f"a zone inside gcp:region {region!r}, such as {region}-b")
-        refusal = zones.check_zone(zone, self.preset.machine_type).refusal
-        if refusal:
-            raise ConfigError("zone", zone, refusal)
+        verdict = zones.check_zone(zone, self.preset.machine_type)
+        if verdict.refusal:
+            raise ConfigError("zone", zone, verdict.refusal)
+        self._zone_notes = verdict.notes
         provisioning, reservation = self.gpu_provisioning, self.reservation
         if provisioning == "reservation" and not reservation:
             raise ConfigError(
@@ -734,8 +738,7 @@ class InfraSettings(_Keys):
 
     @property
     def zone_notes(self) -> tuple[str, ...]:
-        """What infra/zone_table.json cannot say about the zone (a region it has not read): warned, not refused."""
-        return zones.check_zone(self.zone, self.preset.machine_type).notes
+        return self._zone_notes
 
     @property
     def export_bucket_name(self) -> str:
@@ -804,12 +807,6 @@ def check_keys(project: str, keys: Iterable[str]) -> None:
     check_config_keys(project, keys, [*keys_of(InfraSettings), *SECRETS], KEY_ALIASES)
 
 
-def runtime_config_keys() -> set[str]:
-    """Every config key the engine handed the program (`pulumi up` passes them in PULUMI_CONFIG; mocks and
-    tools/offline.py set them in the runtime's map)."""
-    return set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env())
-
-
 @dataclass(frozen=True)
 class Secrets:
     hf_token: pulumi.Output[str]
@@ -821,13 +818,14 @@ def load() -> tuple[InfraSettings, Secrets]:
     config = pulumi.Config()
     check_keys(pulumi.get_project(), runtime_config_keys())
     values: dict[str, Any] = {}
+    as_json = object_keys(InfraSettings)
     for key in keys_of(InfraSettings):
         namespace, _, name = key.rpartition(":")
         text = pulumi.Config(namespace).get(name) if namespace else config.get(key)
         if text is None:
             continue
         try:
-            values[key] = json.loads(text) if key in object_keys(InfraSettings) else text
+            values[key] = json.loads(text) if key in as_json else text
         except ValueError:
             values[key] = text  # not JSON (set without --path): the key's own check names it
 

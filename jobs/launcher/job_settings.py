@@ -22,6 +22,7 @@ from config_rules import (
     check_keys,
     keys_of,
     object_keys,
+    runtime_config_keys,
     validated,
 )
 from pydantic import (
@@ -437,16 +438,17 @@ def read_config() -> dict[str, Any]:
     PULUMI_CONFIG; mocks set the runtime's map)."""
     check_keys(
         pulumi.get_project(),
-        set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env()),
+        runtime_config_keys(),
         keys_of(JobSettings),
         KEY_ALIASES,
         "see the job stack's table in docs/configuration.md",
     )
     config = pulumi.Config()
     values: dict[str, Any] = {}
+    as_json = object_keys(JobSettings)
     for key in keys_of(JobSettings):
         try:
-            values[key] = config.get_object(key) if key in object_keys(JobSettings) else config.get(key)
+            values[key] = config.get_object(key) if key in as_json else config.get(key)
         except pulumi.ConfigTypeError:
             values[key] = config.get(key)  # one recipe's name: `pulumi config set benchmarkRecipes X`
     return values

@@ -224,6 +224,12 @@ def closest(key: str, known: Iterable[str], aliases: Mapping[str, str], fallback
     return hint or fallback or "see the configuration tables in docs/configuration.md"
 
 
+def runtime_config_keys() -> set[str]:
+    """Every config key the engine handed the program (`pulumi up` passes them in PULUMI_CONFIG; mocks and
+    tools/offline.py set them in the runtime's map)."""
+    return set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env())
+
+
 def check_keys(
     project: str, keys: Iterable[str], known: Iterable[str], aliases: Mapping[str, str], fallback: str = ""
 ) -> None:
