@@ -23,6 +23,8 @@ TESTS = Path(__file__).resolve().parent
 @pytest.mark.parametrize("interrupt", ["sigterm", "ctrl-c"])
 def test_an_interrupted_run_stops_every_head_it_started(tmp_path: Path, interrupt: str) -> None:
     ready = tmp_path / "heads.json"
+    # The run's output goes to a file, not a pipe nobody reads until the end (a full pipe would block the run).
+    output = (tmp_path / "run.log").open("w")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "NEMORL_TESTS_SHARED"))}
     env[READY_ENV] = str(ready)
     # Ports of this run's nested share: no head of this run, nor the other interruption of this module, takes them.
@@ -30,12 +32,12 @@ def test_an_interrupted_run_stops_every_head_it_started(tmp_path: Path, interrup
     run = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", "--timeout=0",
          str(TESTS / "interrupted_heads.py")],
-        cwd=TESTS.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=TESTS.parent, env=env, stdout=output, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,  # its own process group, as `make test` in a terminal has
     )  # fmt: skip
     try:
         wait_for(lambda: ready.exists() or run.poll() is not None, 300, "both heads of the interrupted run")
-        assert ready.exists(), run.communicate()[0]
+        assert ready.exists(), (tmp_path / "run.log").read_text()
         heads = json.loads(ready.read_text())
         pids = set().union(*(_ray_processes(head["temp_dir"], head["gcs"]) for head in heads))
         assert len(heads) == 2 and pids
@@ -43,14 +45,34 @@ def test_an_interrupted_run_stops_every_head_it_started(tmp_path: Path, interrup
             run.send_signal(signal.SIGTERM)
         else:
             os.killpg(run.pid, signal.SIGINT)
-        run.wait(timeout=120)
+        try:
+            run.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{interrupt}: the run did not end within 120 s\n{_hung_run(run.pid, tmp_path / 'run.log')}")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
             time.sleep(0.2)
         left = sorted(pid for pid in pids if _alive(pid))
-        assert not left, f"{interrupt} left Ray processes running: {left}\n{run.stdout.read() if run.stdout else ''}"
+        assert not left, f"{interrupt} left Ray processes running: {left}\n{(tmp_path / 'run.log').read_text()}"
         assert all(not Path(head["temp_dir"]).exists() for head in heads)
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()
+        output.close()
+
+
+def _hung_run(session: int, log: Path) -> str:
+    """What a run that did not end was doing: its output, its processes, and the Python stack of each."""
+    processes = subprocess.run(
+        ["ps", "-o", "pid,stat,etime,args", "--forest", "-s", str(session)], capture_output=True, text=True
+    ).stdout
+    stacks = []
+    py_spy = Path(sys.executable).parent / "py-spy"  # ray[default] installs it
+    for line in processes.splitlines()[1:]:
+        if "python" in line and py_spy.exists():
+            pid = line.split()[0]
+            dump = subprocess.run([str(py_spy), "dump", "--pid", pid],
+                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+            stacks.append(f"--- {pid}\n{dump.stdout}{dump.stderr}")
+    return f"{log.read_text()}\n{processes}\n" + "\n".join(stacks)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import upstream
 from conftest import ROOT
+from plan_forks import PlanForks
 
 from tools.offline import StackFileError, load_stack_config
 
@@ -54,9 +55,23 @@ STACK_FILE_TESTS = (
 _OUTER_MAKE = ("TORCH_INDEX", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
 
 
+def _env() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key not in _OUTER_MAKE}
+
+
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if key not in _OUTER_MAKE}
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300, check=False, env=env)
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300, check=False, env=_env())
+
+
+# One plan server per copy (tests/plan_forks.py): each plan_of is a forked `tools/plan.py`, not a fresh interpreter.
+_PLAN_FORKS: dict[Path, PlanForks] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _plan_forks_closed():
+    yield
+    while _PLAN_FORKS:
+        _PLAN_FORKS.popitem()[1].close()
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +146,10 @@ def test_plan_installs_only_the_runtime_and_tests_take_torch_from_the_cpu_index(
 
 
 def plan_of(clone: Path, stack: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return run([sys.executable, "tools/plan.py", "--stack", stack, "--out", str(out), "--quiet", *extra], clone)
+    """`python tools/plan.py --stack STACK --out OUT --quiet *extra` in the copy."""
+    if clone not in _PLAN_FORKS:
+        _PLAN_FORKS[clone] = PlanForks(clone, _env())
+    return _PLAN_FORKS[clone].plan(["--stack", stack, "--out", str(out), "--quiet", *extra])
 
 
 def refusal(result: subprocess.CompletedProcess[str]) -> str:
