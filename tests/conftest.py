@@ -57,6 +57,8 @@ SLOW_MODULES = (
     "tests/preflight/test_nccl_allreduce.py",
     "tests/preflight/test_lustre_io.py",
     "tests/test_interrupted_run.py",
+    "tests/test_plan.py",
+    "tests/test_day2.py",
     "tests/jobs/test_ray_submit.py",
     "tests/jobs/test_runtime_env_on_ray.py",
     "tests/jobs/test_extension.py",

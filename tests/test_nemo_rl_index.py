@@ -27,7 +27,8 @@ REBUILD_INPUTS = (
 def _rebuild_digest(sources: Path) -> str:
     """A digest of every input of a rebuild: the same digest, the same rebuild (the loader is deterministic)."""
     digest = hashlib.sha256()
-    files = sorted(path for path in sources.rglob("*") if path.is_file())
+    # Bytecode a Python left in the tree is no input (it would make every run a new rebuild).
+    files = sorted(path for path in sources.rglob("*") if path.is_file() and "__pycache__" not in path.parts)
     for path in [*(upstream.ROOT / name for name in REBUILD_INPUTS), *files]:
         digest.update(f"{path.relative_to(path.anchor)}\0".encode())
         digest.update(path.read_bytes() if path.is_file() else b"absent")
@@ -79,6 +80,9 @@ def test_a_changed_input_is_a_new_rebuild(tmp_path: Path):
     assert _rebuild_digest(sources) == first
     recipe.write_text("grpo:\n  max_num_steps: 20\n")
     changed = _rebuild_digest(sources)
+    (sources / "examples" / "__pycache__").mkdir()
+    (sources / "examples" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"bytecode")
+    assert _rebuild_digest(sources) == changed
     (sources / "examples" / "b.yaml").write_text("grpo: {}\n")
     added = _rebuild_digest(sources)
     assert len({first, changed, added}) == 3
