@@ -16,6 +16,7 @@ from config_rules import (
     Allowed,
     ConfigError,
     Flag,
+    Required,
     Secret,
     Shown,
     Text,
@@ -125,6 +126,8 @@ MemoryQuantity = Annotated[Text, AfterValidator(_memory_quantity)]
 # The deployed record (infra/day2.py) has always held "" or 0 for a key left unset.
 _RECORDED_EMPTY = PlainSerializer(lambda value: value or "")
 _RECORDED_ZERO = PlainSerializer(lambda value: value or 0)
+# rayHead and rayWorker given as anything but an object.
+_POD_OBJECT = Allowed("an object with keys cpu and memory, e.g. {cpu: 64, memory: 500G}")
 
 
 class _Keys(BaseModel):
@@ -256,24 +259,23 @@ def check_fits(
 
 
 class InfraSettings(_Keys):
-    project: Annotated[
-        Text,
-        Field(min_length=1, alias="gcp:project"),
-        Allowed("required: the GCP project id (pulumi config set gcp:project ...)"),
-    ]
+    project: Annotated[Text, Field(min_length=1, alias="gcp:project"), Required("the GCP project id")]
     """GCP project id."""
     region: Annotated[
         Text,
         Field(min_length=1, alias="gcp:region"),
-        Allowed(
-            "required: the region of the control plane and subnets, e.g. us-central1 (pulumi config set gcp:region ...)"
-        ),
+        Required("the region of the control plane and subnets, e.g. us-central1"),
     ]
     """Region of the control plane and subnets."""
     zone: Text
     """Zone of the GPU nodes, the CPU pool (so the Ray head), and Lustre; must be inside `gcp:region` and offer the GPU
     machine type and Managed Lustre (see [Zones](#zones)). Use your reservation's zone."""
-    gpu_type: Annotated[GpuType, Field(alias="gpuType"), Allowed(f"one of {sorted(GPU_PRESETS)}")]
+    gpu_type: Annotated[
+        GpuType,
+        Field(alias="gpuType"),
+        Allowed(f"one of {sorted(GPU_PRESETS)}"),
+        Required(f"one of {sorted(GPU_PRESETS)}"),
+    ]
     """`nvidia-h200-141gb` (A3 Ultra) or `nvidia-b200` (A4). Everything else about the machine follows from it (see [GPU
     presets](design.md#gpu-presets))."""
     gpu_provisioning: Literal["reservation", "spot", "flexStart"] = Field("reservation", alias="gpuProvisioning")
@@ -473,12 +475,12 @@ class InfraSettings(_Keys):
     """Object."""
     ranges: NetworkRanges = Field(default_factory=lambda: NetworkRanges.model_validate({}), alias="networkRanges")
     """Object."""
-    ray_head: Annotated[RayHead, Shown('`{cpu: "64", memory: 500G}`')] = Field(
+    ray_head: Annotated[RayHead, _POD_OBJECT, Shown('`{cpu: "64", memory: 500G}`')] = Field(
         default_factory=lambda: RayHead.model_validate({}), alias="rayHead"
     )
     """Object: the head's CPU and memory (requests = limits). Must fit `cpuMachineType` after GKE's reservations, a
     DaemonSet allowance and the log sidecar."""
-    ray_worker: Annotated[RayWorker, Shown('`{cpu: "206", memory: 2400Gi}`')] = Field(
+    ray_worker: Annotated[RayWorker, _POD_OBJECT, Shown('`{cpu: "206", memory: 2400Gi}`')] = Field(
         default_factory=lambda: RayWorker.model_validate({}), alias="rayWorker"
     )
     """Object: each GPU worker's CPU and memory (plus all 8 GPUs). Must fit the GPU machine the same way."""

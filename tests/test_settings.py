@@ -317,6 +317,42 @@ def test_missing_required_keys_name_the_key():
     expect_error("gpuType", "is not set", "nvidia-h200-141gb", gpuType=None)
 
 
+def test_a_required_key_unset_or_empty_says_how_to_set_it():
+    lines = {
+        "gpuType": "config 'gpuType' is not set: required: one of ['nvidia-b200', 'nvidia-h200-141gb'] "
+        "(pulumi config set gpuType ...)",
+        "gcp:project": "config 'gcp:project' is not set: required: the GCP project id (pulumi config set gcp:project "
+        "...)",
+        "gcp:region": "config 'gcp:region' is not set: required: the region of the control plane and subnets, e.g. "
+        "us-central1 (pulumi config set gcp:region ...)",
+    }
+    for key, line in lines.items():
+        with pytest.raises(ConfigError) as caught:
+            settings_with(**{key: None})
+        assert str(caught.value) == line
+        with pytest.raises(ConfigError) as caught:
+            settings_with(**{key: ""})
+        assert str(caught.value) == line.replace("is not set", "= '' is not allowed")
+    # A value that is set but wrong: the rule alone.
+    with pytest.raises(ConfigError) as caught:
+        settings_with(gpuType="nvidia-a100")
+    assert (
+        str(caught.value)
+        == "config 'gpuType' = 'nvidia-a100' is not allowed: one of ['nvidia-b200', 'nvidia-h200-141gb']"
+    )
+
+
+def test_pod_resources_that_are_no_object_are_refused_with_an_example():
+    for key in ("rayHead", "rayWorker"):
+        for given, shown in (("64", "'64'"), ([1], "[1]")):
+            with pytest.raises(ConfigError) as caught:
+                settings_with(**{key: given})
+            assert str(caught.value) == (
+                f"config '{key}' = {shown} is not allowed: an object with keys cpu and memory, e.g. "
+                "{cpu: 64, memory: 500G}"
+            )
+
+
 def test_unset_values_read_not_set_never_none():
     for changes in ({"gcp:project": None}, {"zone": None}, {"gpuType": None}, {"reservation": None}):
         with pytest.raises(ConfigError) as caught:

@@ -4,6 +4,7 @@ this model (tools/config_docs.py)."""
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -28,6 +29,7 @@ from config_rules import (
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -35,6 +37,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from launcher import nemo_rl_rules, performance
 from launcher.benchmark_settings import (
@@ -74,6 +77,16 @@ KEY_ALIASES = {
     "wandbapikey": "the key is the infra stack's secret: pulumi config set --secret wandbApiKey KEY in the infra "
     "project",
 }
+
+
+def _rerun_number(value: Any) -> int:
+    """0..MAX_RERUN, "1" as text too; any other value is refused with the rerun's rule (not a whole number's)."""
+    number = int(value) if isinstance(value, str) and value.isdigit() else value
+    if isinstance(number, int) and not isinstance(number, bool) and 0 <= number <= MAX_RERUN:
+        return number
+    raise PydanticCustomError("rerun_number", "a rerun number")
+
+
 # python-re: the model id's rule needs a lookahead (no '--' or '..' anywhere).
 _CONFIG = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, regex_engine="python-re")
 
@@ -94,6 +107,18 @@ class DatasetSettings(BaseModel):
         Field(pattern=r"^([A-Za-z0-9][A-Za-z0-9 ._-]{0,39})?$"),
         Allowed("1-40 letters, digits, spaces, '.', '_' or '-', starting with a letter or digit"),
     ] = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, raw: Any) -> Any:
+        """An unknown field is refused with its value, naming the fields (not as an unknown config key)."""
+        fields = list(keys_of(cls))
+        for field in raw if isinstance(raw, dict) else ():
+            if field not in fields:
+                match = difflib.get_close_matches(str(field), fields, n=1)
+                hint = f"; did you mean '{match[0]}'?" if match else ""
+                raise ConfigError(f"dataset.{field}", raw[field], f"a field of dataset: {', '.join(fields)}{hint}")
+        return raw
 
     @field_validator("source", "test_source", mode="before")
     @classmethod
@@ -166,7 +191,9 @@ class JobSettings(BaseModel):
     `.yaml`."""
     model: Annotated[
         Text,
-        Field(pattern=rf"^(?!.*(--|\.\.))((?:{_HF_PART}/)?{_HF_PART})?$"),
+        # Surrounding spaces are dropped (after the rule, so that a refusal shows the value as given).
+        Field(pattern=rf"^\s*(?!.*(--|\.\.))((?:{_HF_PART}/)?{_HF_PART})?\s*$"),
+        AfterValidator(str.strip),
         Allowed(
             "a Hugging Face model id, OWNER/NAME (e.g. Qwen/Qwen2.5-Math-7B-Instruct): letters, digits, '-', '_', '.', "
             "each part at most 96 characters, not starting or ending with '-' or '.', no '--' or '..'; empty for the "
@@ -285,8 +312,8 @@ class JobSettings(BaseModel):
         dict[
             str,
             Annotated[
-                WholeNumber,
-                Field(ge=0, le=MAX_RERUN),
+                int,
+                BeforeValidator(_rerun_number),
                 Allowed(f"a whole number 0..{MAX_RERUN}: raise it by one to run the step again"),
             ],
         ],

@@ -49,6 +49,14 @@ class Allowed:
 
 
 @dataclass(frozen=True)
+class Required:
+    """A key without a default (Annotated metadata): unset or empty, its rule reads
+    `required: WHAT (pulumi config set KEY ...)`."""
+
+    what: str
+
+
+@dataclass(frozen=True)
 class Shown:
     """How the docs' Default column shows a field whose default the settings derive (Annotated metadata)."""
 
@@ -143,6 +151,9 @@ def config_error(error: ValidationError, model: type[BaseModel]) -> ConfigError:
     if field is not None and owner is None:  # a list's or a map's item: its own type's rule first
         metadata[:0] = [m for arg in typing.get_args(field.annotation) for m in getattr(arg, "__metadata__", ())]
     rule = next((item.text for item in metadata if isinstance(item, Allowed)), None)
+    required = next((item.what for item in metadata if isinstance(item, Required)), None)
+    if required and value in (None, ""):
+        rule = f"required: {required} (pulumi config set {key} ...)"
     return ConfigError(key, value, rule or _rule_of(kind, first.get("ctx", {}), field, first["msg"]))
 
 
