@@ -23,8 +23,7 @@ from config_rules import (
     UnknownKeyError,
     WholeNumber,
     keys_of,
-    object_keys,
-    runtime_config_keys,
+    read_config,
     validated,
 )
 from config_rules import check_keys as check_config_keys
@@ -817,20 +816,8 @@ class Secrets:
 
 def load() -> tuple[InfraSettings, Secrets]:
     """Read the stack's config once. Raises ConfigError before any resource is registered."""
+    values = read_config(InfraSettings, KEY_ALIASES, secrets=SECRETS)
     config = pulumi.Config()
-    check_keys(pulumi.get_project(), runtime_config_keys())
-    values: dict[str, Any] = {}
-    as_json = object_keys(InfraSettings)
-    for key in keys_of(InfraSettings):
-        namespace, _, name = key.rpartition(":")
-        text = pulumi.Config(namespace).get(name) if namespace else config.get(key)
-        if text is None:
-            continue
-        try:
-            values[key] = json.loads(text) if key in as_json else text
-        except ValueError:
-            values[key] = text  # not JSON (set without --path): the key's own check names it
-
     secrets = {key: config.get_secret(key) for key in SECRETS}
     if secrets["hfToken"] is None:
         raise ConfigError(

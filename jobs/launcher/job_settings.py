@@ -10,7 +10,6 @@ import json
 import re
 from typing import Annotated, Any
 
-import pulumi
 from config_rules import (
     Allowed,
     ConfigError,
@@ -20,10 +19,7 @@ from config_rules import (
     Shown,
     Text,
     WholeNumber,
-    check_keys,
     keys_of,
-    object_keys,
-    runtime_config_keys,
     validated,
 )
 from pydantic import (
@@ -458,27 +454,6 @@ class JobSettings(BaseModel):
 
 MODEL = JobSettings
 SECRETS: dict[str, Secret] = {}  # the job stack's secrets are the infra stack's
-
-
-def read_config() -> dict[str, Any]:
-    """The job settings, after refusing keys the program would ignore (`pulumi up` hands every key over in
-    PULUMI_CONFIG; mocks set the runtime's map)."""
-    check_keys(
-        pulumi.get_project(),
-        runtime_config_keys(),
-        keys_of(JobSettings),
-        KEY_ALIASES,
-        "see the job stack's table in docs/configuration.md",
-    )
-    config = pulumi.Config()
-    values: dict[str, Any] = {}
-    as_json = object_keys(JobSettings)
-    for key in keys_of(JobSettings):
-        try:
-            values[key] = config.get_object(key) if key in as_json else config.get(key)
-        except pulumi.ConfigTypeError:
-            values[key] = config.get(key)  # one recipe's name: `pulumi config set benchmarkRecipes X`
-    return values
 
 
 def build_job_settings(values: dict[str, Any], infra: InfraOutputs) -> JobSettings:

@@ -8,6 +8,7 @@ Pulumi's text values strict: "5" is a whole number, "true" a flag, but "yes", "o
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import types
 import typing
@@ -255,3 +256,24 @@ def check_keys(
             raise UnknownKeyError(full_key, closest(key, known, aliases, fallback))
         if namespace not in (project, *PROVIDER_NAMESPACES) and difflib.get_close_matches(namespace, [project]):
             raise UnknownKeyError(full_key, f"its namespace is not {project!r}; did you mean '{project}:{key}'?")
+
+
+def read_config(
+    model: type[BaseModel], aliases: Mapping[str, str], fallback: str = "", secrets: Iterable[str] = ()
+) -> dict[str, Any]:
+    """The stack's values of the model's keys, by key, once keys the program would ignore are refused (check_keys):
+    a provider's key (`gcp:project`) from its namespace, an object key as JSON (text that is not JSON, set without
+    --path, as given: the key's own check names it); a key left unset is left out."""
+    check_keys(pulumi.get_project(), runtime_config_keys(), [*keys_of(model), *secrets], aliases, fallback)
+    as_json = object_keys(model)
+    values: dict[str, Any] = {}
+    for key in keys_of(model):
+        namespace, _, name = key.rpartition(":")
+        text = pulumi.Config(namespace or None).get(name)
+        if text is None:
+            continue
+        try:
+            values[key] = json.loads(text) if key in as_json else text
+        except ValueError:
+            values[key] = text
+    return values
