@@ -797,11 +797,6 @@ SECRETS = {
 }
 
 
-def build_settings(values: dict[str, Any]) -> InfraSettings:
-    """Validate raw config values (keyed as in Pulumi.yaml) into settings. Pure: no Pulumi runtime."""
-    return validated(InfraSettings, values)
-
-
 def check_keys(project: str, keys: Iterable[str]) -> None:
     """Refuse config the program would silently ignore (config_rules.check_keys): a misspelt `gpuNode`,
     `lustre.capacityGib` set without --path, or a near miss of the project's namespace (`nemo-rl:zone`)."""
@@ -825,7 +820,7 @@ def load() -> tuple[InfraSettings, Secrets]:
             None,
             "required: your Hugging Face token, stored encrypted: pulumi config set --secret hfToken hf_...",
         )
-    settings = build_settings(values)
+    settings = validated(InfraSettings, values)
     for note in settings.zone_notes:
         pulumi.log.warn(note)
     return settings, Secrets(hf_token=secrets["hfToken"], wandb_api_key=secrets["wandbApiKey"])

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 import yaml
+from config_rules import validated
 from conftest import ROOT
 
 from infra import gke_rules
 from infra.presets import GPU_PRESETS
-from infra.settings import ConfigError, PodResources, build_settings, check_keys, validate_lustre_capacity
+from infra.settings import ConfigError, InfraSettings, PodResources, check_keys, validate_lustre_capacity
 from infra.sizing import allocatable_cpu, allocatable_memory_bytes, cpu_cores, memory_bytes
 
 BASE: dict[str, Any] = {
@@ -25,7 +26,7 @@ BASE: dict[str, Any] = {
 
 def settings_with(**changes: Any):
     values = {**BASE, **changes}
-    return build_settings({k: v for k, v in values.items() if v is not None})
+    return validated(InfraSettings, {k: v for k, v in values.items() if v is not None})
 
 
 def expect_error(key: str, value_fragment: str, allowed_fragment: str, **changes: Any) -> ConfigError:
@@ -397,20 +398,20 @@ def test_quantities_and_allocatable():
 def test_autoscaling_keys_are_validated():
     spot = {**BASE, "reservation": None, "gpuProvisioning": "spot"}
     with pytest.raises(ConfigError, match=r"'rayIdleTimeoutSeconds' = 30 is not allowed: 60\.\.86400 seconds"):
-        build_settings({**spot, "rayIdleTimeoutSeconds": 30})
+        validated(InfraSettings, {**spot, "rayIdleTimeoutSeconds": 30})
     with pytest.raises(ConfigError, match="'rayAutoscaling' = 'sometimes'"):
-        build_settings({**spot, "rayAutoscaling": "sometimes"})
-    assert build_settings({**spot, "rayAutoscaling": "false"}).gpu_autoscaling is False
-    assert build_settings({**spot, "rayAutoscaling": ""}).gpu_autoscaling is True  # empty: by mode
+        validated(InfraSettings, {**spot, "rayAutoscaling": "sometimes"})
+    assert validated(InfraSettings, {**spot, "rayAutoscaling": "false"}).gpu_autoscaling is False
+    assert validated(InfraSettings, {**spot, "rayAutoscaling": ""}).gpu_autoscaling is True  # empty: by mode
 
 
 def test_the_head_must_leave_room_for_the_autoscaler():
     # 77.5 cores fit n2-highmem-80 beside the log sidecar, but not beside the autoscaler as well (0.5 more).
     head = {"cpu": "77.5", "memory": "400G"}
     fixed = {**BASE, "cpuMachineType": "n2-highmem-80", "rayHead": head}
-    assert build_settings(fixed).ray_head.cpu == "77.5"  # reservation: autoscaler off by default
+    assert validated(InfraSettings, fixed).ray_head.cpu == "77.5"  # reservation: autoscaler off by default
     with pytest.raises(ConfigError, match=r"'rayHead\.cpu' = '77\.5'.*at most 77\.0 cores on n2-highmem-80"):
-        build_settings({**fixed, "rayAutoscaling": True})
+        validated(InfraSettings, {**fixed, "rayAutoscaling": True})
 
 
 def test_export_bucket_choices():
@@ -425,7 +426,7 @@ def test_bad_export_bucket(bucket: str):
 
 
 def test_declared_defaults_are_the_programs_own():
-    """The CLI applies Pulumi.yaml's defaults; build_settings has its own for a key that is absent. They must agree,
+    """The CLI applies Pulumi.yaml's defaults; the model has its own for a key that is absent. They must agree,
     or the same stack deploys differently under the CLI and wherever the defaults are not applied."""
     declared = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]
     defaults = {key: d["default"] for key, d in declared.items() if "default" in d and key not in BASE}
