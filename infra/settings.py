@@ -4,10 +4,11 @@ description in Pulumi.yaml (tools/config_docs.py writes both)."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -75,11 +76,15 @@ def _price_text(value: Any) -> Any:
     return None if value in ("", None) else str(value)
 
 
-def _private_range(cidr: str) -> str:
+def _network(cidr: str, example: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     try:
-        network = ipaddress.ip_network(cidr, strict=True)
+        return ipaddress.ip_network(cidr, strict=True)
     except ValueError:
-        raise PydanticCustomError("cidr", "an IPv4 CIDR range with no host bits, such as 10.0.0.0/20") from None
+        raise PydanticCustomError("cidr", f"an IPv4 CIDR range with no host bits, such as {example}") from None
+
+
+def _private_range(cidr: str) -> str:
+    network = _network(cidr, "10.0.0.0/20")
     if not isinstance(network, ipaddress.IPv4Network) or not any(network.subnet_of(block) for block in _RFC1918):
         raise PydanticCustomError(
             "private_range", "a private IPv4 range inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16"
@@ -88,10 +93,7 @@ def _private_range(cidr: str) -> str:
 
 
 def _control_plane_client(cidr: str) -> str:
-    try:
-        network = ipaddress.ip_network(cidr, strict=True)
-    except ValueError:
-        raise PydanticCustomError("cidr", "an IPv4 CIDR range with no host bits, such as 203.0.113.0/24") from None
+    network = _network(cidr, "203.0.113.0/24")
     if not isinstance(network, ipaddress.IPv4Network):
         raise PydanticCustomError("ipv4", "an IPv4 CIDR range (GKE's authorized networks are IPv4)")
     if network.prefixlen < 8:
@@ -101,27 +103,21 @@ def _control_plane_client(cidr: str) -> str:
     return cidr
 
 
-def _cpu_quantity(cpu: str) -> str:
-    try:
-        if cpu_cores(cpu) > 0:
-            return cpu
-    except ValueError:
-        pass
-    raise PydanticCustomError("cpu", "a positive Kubernetes CPU quantity such as 64 or 500m")
+def _positive(parse: Callable[[str], float], what: str) -> AfterValidator:
+    """A Kubernetes quantity that `parse` reads as more than 0."""
 
+    def check(quantity: str) -> str:
+        with contextlib.suppress(ValueError):
+            if parse(quantity) > 0:
+                return quantity
+        raise PydanticCustomError("quantity", f"a positive Kubernetes {what}")
 
-def _memory_quantity(memory: str) -> str:
-    try:
-        if memory_bytes(memory) > 0:
-            return memory
-    except ValueError:
-        pass
-    raise PydanticCustomError("memory", "a positive Kubernetes memory quantity such as 500G or 2400Gi")
+    return AfterValidator(check)
 
 
 PrivateRange = Annotated[Text, AfterValidator(_private_range)]
-CpuQuantity = Annotated[Text, AfterValidator(_cpu_quantity)]
-MemoryQuantity = Annotated[Text, AfterValidator(_memory_quantity)]
+CpuQuantity = Annotated[Text, _positive(cpu_cores, "CPU quantity such as 64 or 500m")]
+MemoryQuantity = Annotated[Text, _positive(memory_bytes, "memory quantity such as 500G or 2400Gi")]
 # The deployed record (infra/day2.py) has always held "" or 0 for a key left unset.
 _RECORDED_EMPTY = PlainSerializer(lambda value: value or "")
 _RECORDED_ZERO = PlainSerializer(lambda value: value or 0)
@@ -406,10 +402,7 @@ class InfraSettings(_Keys):
     other value is refused for those tags. Required for an image whose tag is no known release (the job stack then
     refuses to build a pipeline for it)."""
     shm_size: Annotated[
-        Text,
-        AfterValidator(_memory_quantity),
-        Field(alias="shmSize"),
-        Allowed("a Kubernetes memory quantity such as 240Gi"),
+        MemoryQuantity, Field(alias="shmSize"), Allowed("a Kubernetes memory quantity such as 240Gi")
     ] = "240Gi"
     """Memory-backed `/dev/shm` of each GPU worker; more than 0 and less than `rayWorker.memory`."""
     ray_autoscaling: Annotated[
