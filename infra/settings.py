@@ -19,6 +19,7 @@ from config_rules import (
     Flag,
     Required,
     Secret,
+    Settings,
     Shown,
     Text,
     UnknownKeyError,
@@ -30,9 +31,7 @@ from config_rules import (
 from config_rules import check_keys as check_config_keys
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PlainSerializer,
     PrivateAttr,
@@ -125,12 +124,6 @@ _RECORDED_ZERO = PlainSerializer(lambda value: value or 0)
 _POD_OBJECT = Allowed("an object with keys cpu and memory, e.g. {cpu: 64, memory: 500G}")
 
 
-class _Keys(BaseModel):
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", populate_by_name=False, use_attribute_docstrings=True, regex_engine="python-re"
-    )
-
-
 def validate_lustre_capacity(key: str, capacity: int, tier: int) -> None:
     """Managed Lustre sells capacity in tier-specific steps; anything else is rejected by the API."""
     minimum, step, step_change, step_above, maximum = LUSTRE_TIERS[tier]
@@ -144,7 +137,7 @@ def validate_lustre_capacity(key: str, capacity: int, tier: int) -> None:
         raise ConfigError(key, capacity, f"{rule} at {tier} MB/s/TiB")
 
 
-class LustreSettings(_Keys):
+class LustreSettings(Settings):
     capacity_gib: WholeNumber = Field(18_000, alias="capacityGib")
     """GiB, in the tier's steps: 1000 → 9,000–10,008,000 by 9,000 (by 72,000 above 1,530,000); 500 → 18,000–20,016,000
     by 18,000 (by 144,000 above 3,060,000); 250 → 36,000–40,032,000 by 36,000 (by 288,000 above 6,120,000); 125 →
@@ -163,7 +156,7 @@ class LustreSettings(_Keys):
         return self
 
 
-class NetworkRanges(_Keys):
+class NetworkRanges(Settings):
     cluster_subnet: PrivateRange = Field("10.0.0.0/20", alias="clusterSubnet")
     """Nodes of the cluster VPC."""
     pods: PrivateRange = "10.16.0.0/14"
@@ -202,7 +195,7 @@ class NetworkRanges(_Keys):
         return self
 
 
-class PodResources(_Keys):
+class PodResources(Settings):
     cpu: CpuQuantity
     memory: MemoryQuantity
 
@@ -253,7 +246,7 @@ def check_fits(
         )
 
 
-class InfraSettings(_Keys):
+class InfraSettings(Settings):
     project: Annotated[Text, Field(min_length=1, alias="gcp:project"), Required("the GCP project id")]
     """GCP project id."""
     region: Annotated[

@@ -16,6 +16,7 @@ from config_rules import (
     Flag,
     Number,
     Secret,
+    Settings,
     Shown,
     Text,
     WholeNumber,
@@ -24,9 +25,7 @@ from config_rules import (
 )
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationInfo,
@@ -83,14 +82,8 @@ def _rerun_number(value: Any) -> int:
     raise PydanticCustomError("rerun_number", "a rerun number")
 
 
-# python-re: the model id's rule needs a lookahead (no '--' or '..' anywhere).
-_CONFIG = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, regex_engine="python-re")
-
-
-class DatasetSettings(BaseModel):
+class DatasetSettings(Settings):
     """The user's own JSONL rows instead of GSM8K (the job setting dataset), prepared on Lustre by prepare_jsonl.py."""
-
-    model_config = _CONFIG
 
     # gs://BUCKET/OBJECT.jsonl, a file under the Lustre mount, or hf://datasets/OWNER/NAME[@REV]/FILE.jsonl
     source: str = Field(None, validate_default=True)
@@ -158,9 +151,7 @@ class DatasetSettings(BaseModel):
         return f"jsonl-{hashlib.sha256(what.encode()).hexdigest()[:12]}"
 
 
-class JobSettings(BaseModel):
-    model_config = _CONFIG
-
+class JobSettings(Settings):
     infra_stack: Annotated[
         Text,
         Field(alias="infraStack", pattern=r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+){0,2}$"),
@@ -316,7 +307,7 @@ class JobSettings(BaseModel):
         AfterValidator(lambda numbers: {name: number for name, number in numbers.items() if number}),
         Allowed('a map of step name to rerun number, e.g. {"eval-final": 1}'),
         Shown("none"),
-    ] = {}
+    ] = Field(default_factory=dict)
     """Steps to run again, each with a number: a map of step name to rerun number, e.g. `pulumi config set --path
     'rerun["eval-final"]' 1`. A named step runs under the id `<runName>-<step>-rerunN` with its own outcome record
     `<step>.rerunN.json`; raise the number to run it once more (see [Run a step
@@ -358,7 +349,7 @@ class JobSettings(BaseModel):
         Field(alias="benchmarkRecipes"),
         Allowed("a performance recipe's name (e.g. grpo-qwen3-32b-4n8g), or a list of them, run one after the other"),
         Shown("the Llama 3.1 8B trio"),
-    ] = list(DEFAULT_BENCHMARK_RECIPES)
+    ] = Field(default_factory=lambda: list(DEFAULT_BENCHMARK_RECIPES))
     """With `benchmark`: one recipe of the image's release's `examples/configs/recipes/llm/performance/` (its file name,
     e.g. `grpo-qwen3-32b-4n8g`: `pulumi config set benchmarkRecipes grpo-qwen3-32b-4n8g`) or a list of them (`pulumi
     config set --path 'benchmarkRecipes[0]' ...`), run one after the other. Unset: `grpo-llama3.1-8b-instruct-2n8g`,

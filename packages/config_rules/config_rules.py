@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
 import pulumi
-from pydantic import BaseModel, BeforeValidator, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 from pydantic_core import PydanticCustomError
 
 # Keys in a provider's namespace are the provider's to check.
@@ -114,6 +114,13 @@ _TYPE_ERRORS = ("whole_number", "flag", "number")
 _NUMBER_BOUNDS = ("greater_than_equal", "greater_than", "less_than_equal", "less_than", "multiple_of")
 
 Model = TypeVar("Model", bound=BaseModel)
+
+
+class Settings(BaseModel):
+    """A settings model (or an object key's): frozen, an unknown key refused, each field's docstring its description
+    (tools/config_docs.py); python-re, as some keys' rules need a lookahead."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, regex_engine="python-re")
 
 
 def _as_read(text: str) -> Any:
