@@ -8,7 +8,7 @@ import contextlib
 import ipaddress
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -24,11 +24,9 @@ from config_rules import (
     Text,
     UnknownKeyError,
     WholeNumber,
-    keys_of,
     read_config,
     validated,
 )
-from config_rules import check_keys as check_config_keys
 from pydantic import (
     AfterValidator,
     BeforeValidator,
@@ -781,12 +779,6 @@ SECRETS = {
         required=False,
     ),
 }
-
-
-def check_keys(project: str, keys: Iterable[str]) -> None:
-    """Refuse config the program would silently ignore (config_rules.check_keys): a misspelt `gpuNode`,
-    `lustre.capacityGib` set without --path, or a near miss of the project's namespace (`nemo-rl:zone`)."""
-    check_config_keys(project, keys, [*keys_of(InfraSettings), *SECRETS], KEY_ALIASES)
 
 
 @dataclass(frozen=True)
