@@ -243,12 +243,6 @@ def closest(key: str, known: Iterable[str], aliases: Mapping[str, str], fallback
     return hint or fallback or "see the configuration tables in docs/configuration.md"
 
 
-def runtime_config_keys() -> set[str]:
-    """Every config key the engine handed the program (`pulumi up` passes them in PULUMI_CONFIG; mocks and
-    tools/offline.py set them in the runtime's map)."""
-    return set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env())
-
-
 def check_keys(
     project: str, keys: Iterable[str], known: Iterable[str], aliases: Mapping[str, str], fallback: str = ""
 ) -> None:
@@ -271,7 +265,10 @@ def read_config(
     """The stack's values of the model's keys, by key, once keys the program would ignore are refused (check_keys):
     a provider's key (`gcp:project`) from its namespace, an object key as JSON (text that is not JSON, set without
     --path, as given: the key's own check names it); a key left unset is left out."""
-    check_keys(pulumi.get_project(), runtime_config_keys(), [*keys_of(model), *secrets], aliases, fallback)
+    # Every key the engine handed the program: `pulumi up` passes them in PULUMI_CONFIG; mocks and tools/offline.py
+    # set them in the runtime's map.
+    given = set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env())
+    check_keys(pulumi.get_project(), given, [*keys_of(model), *secrets], aliases, fallback)
     as_json = object_keys(model)
     values: dict[str, Any] = {}
     for key in keys_of(model):
