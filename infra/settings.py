@@ -4,10 +4,11 @@ description in Pulumi.yaml (tools/config_docs.py writes both)."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -16,22 +17,19 @@ from config_rules import (
     Allowed,
     ConfigError,
     Flag,
+    Required,
     Secret,
+    Settings,
     Shown,
     Text,
     UnknownKeyError,
     WholeNumber,
-    keys_of,
-    object_keys,
-    runtime_config_keys,
+    read_config,
     validated,
 )
-from config_rules import check_keys as check_config_keys
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PlainSerializer,
     PrivateAttr,
@@ -75,11 +73,15 @@ def _price_text(value: Any) -> Any:
     return None if value in ("", None) else str(value)
 
 
-def _private_range(cidr: str) -> str:
+def _network(cidr: str, example: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     try:
-        network = ipaddress.ip_network(cidr, strict=True)
+        return ipaddress.ip_network(cidr, strict=True)
     except ValueError:
-        raise PydanticCustomError("cidr", "an IPv4 CIDR range with no host bits, such as 10.0.0.0/20") from None
+        raise PydanticCustomError("cidr", f"an IPv4 CIDR range with no host bits, such as {example}") from None
+
+
+def _private_range(cidr: str) -> str:
+    network = _network(cidr, "10.0.0.0/20")
     if not isinstance(network, ipaddress.IPv4Network) or not any(network.subnet_of(block) for block in _RFC1918):
         raise PydanticCustomError(
             "private_range", "a private IPv4 range inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16"
@@ -88,10 +90,7 @@ def _private_range(cidr: str) -> str:
 
 
 def _control_plane_client(cidr: str) -> str:
-    try:
-        network = ipaddress.ip_network(cidr, strict=True)
-    except ValueError:
-        raise PydanticCustomError("cidr", "an IPv4 CIDR range with no host bits, such as 203.0.113.0/24") from None
+    network = _network(cidr, "203.0.113.0/24")
     if not isinstance(network, ipaddress.IPv4Network):
         raise PydanticCustomError("ipv4", "an IPv4 CIDR range (GKE's authorized networks are IPv4)")
     if network.prefixlen < 8:
@@ -101,36 +100,26 @@ def _control_plane_client(cidr: str) -> str:
     return cidr
 
 
-def _cpu_quantity(cpu: str) -> str:
-    try:
-        if cpu_cores(cpu) > 0:
-            return cpu
-    except ValueError:
-        pass
-    raise PydanticCustomError("cpu", "a positive Kubernetes CPU quantity such as 64 or 500m")
+def _positive(parse: Callable[[str], float], what: str) -> AfterValidator:
+    """A Kubernetes quantity that `parse` reads as more than 0."""
 
+    def check(quantity: str) -> str:
+        with contextlib.suppress(ValueError):
+            if parse(quantity) > 0:
+                return quantity
+        raise PydanticCustomError("quantity", f"a positive Kubernetes {what}")
 
-def _memory_quantity(memory: str) -> str:
-    try:
-        if memory_bytes(memory) > 0:
-            return memory
-    except ValueError:
-        pass
-    raise PydanticCustomError("memory", "a positive Kubernetes memory quantity such as 500G or 2400Gi")
+    return AfterValidator(check)
 
 
 PrivateRange = Annotated[Text, AfterValidator(_private_range)]
-CpuQuantity = Annotated[Text, AfterValidator(_cpu_quantity)]
-MemoryQuantity = Annotated[Text, AfterValidator(_memory_quantity)]
+CpuQuantity = Annotated[Text, _positive(cpu_cores, "CPU quantity such as 64 or 500m")]
+MemoryQuantity = Annotated[Text, _positive(memory_bytes, "memory quantity such as 500G or 2400Gi")]
 # The deployed record (infra/day2.py) has always held "" or 0 for a key left unset.
 _RECORDED_EMPTY = PlainSerializer(lambda value: value or "")
 _RECORDED_ZERO = PlainSerializer(lambda value: value or 0)
-
-
-class _Keys(BaseModel):
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", populate_by_name=False, use_attribute_docstrings=True, regex_engine="python-re"
-    )
+# rayHead and rayWorker given as anything but an object.
+_POD_OBJECT = Allowed("an object with keys cpu and memory, e.g. {cpu: 64, memory: 500G}")
 
 
 def validate_lustre_capacity(key: str, capacity: int, tier: int) -> None:
@@ -146,7 +135,7 @@ def validate_lustre_capacity(key: str, capacity: int, tier: int) -> None:
         raise ConfigError(key, capacity, f"{rule} at {tier} MB/s/TiB")
 
 
-class LustreSettings(_Keys):
+class LustreSettings(Settings):
     capacity_gib: WholeNumber = Field(18_000, alias="capacityGib")
     """GiB, in the tier's steps: 1000 → 9,000–10,008,000 by 9,000 (by 72,000 above 1,530,000); 500 → 18,000–20,016,000
     by 18,000 (by 144,000 above 3,060,000); 250 → 36,000–40,032,000 by 36,000 (by 288,000 above 6,120,000); 125 →
@@ -165,7 +154,7 @@ class LustreSettings(_Keys):
         return self
 
 
-class NetworkRanges(_Keys):
+class NetworkRanges(Settings):
     cluster_subnet: PrivateRange = Field("10.0.0.0/20", alias="clusterSubnet")
     """Nodes of the cluster VPC."""
     pods: PrivateRange = "10.16.0.0/14"
@@ -204,7 +193,7 @@ class NetworkRanges(_Keys):
         return self
 
 
-class PodResources(_Keys):
+class PodResources(Settings):
     cpu: CpuQuantity
     memory: MemoryQuantity
 
@@ -255,25 +244,24 @@ def check_fits(
         )
 
 
-class InfraSettings(_Keys):
-    project: Annotated[
-        Text,
-        Field(min_length=1, alias="gcp:project"),
-        Allowed("required: the GCP project id (pulumi config set gcp:project ...)"),
-    ]
+class InfraSettings(Settings):
+    project: Annotated[Text, Field(min_length=1, alias="gcp:project"), Required("the GCP project id")]
     """GCP project id."""
     region: Annotated[
         Text,
         Field(min_length=1, alias="gcp:region"),
-        Allowed(
-            "required: the region of the control plane and subnets, e.g. us-central1 (pulumi config set gcp:region ...)"
-        ),
+        Required("the region of the control plane and subnets, e.g. us-central1"),
     ]
     """Region of the control plane and subnets."""
     zone: Text
     """Zone of the GPU nodes, the CPU pool (so the Ray head), and Lustre; must be inside `gcp:region` and offer the GPU
     machine type and Managed Lustre (see [Zones](#zones)). Use your reservation's zone."""
-    gpu_type: Annotated[GpuType, Field(alias="gpuType"), Allowed(f"one of {sorted(GPU_PRESETS)}")]
+    gpu_type: Annotated[
+        GpuType,
+        Field(alias="gpuType"),
+        Allowed(f"one of {sorted(GPU_PRESETS)}"),
+        Required(f"one of {sorted(GPU_PRESETS)}"),
+    ]
     """`nvidia-h200-141gb` (A3 Ultra) or `nvidia-b200` (A4). Everything else about the machine follows from it (see [GPU
     presets](design.md#gpu-presets))."""
     gpu_provisioning: Literal["reservation", "spot", "flexStart"] = Field("reservation", alias="gpuProvisioning")
@@ -405,10 +393,7 @@ class InfraSettings(_Keys):
     other value is refused for those tags. Required for an image whose tag is no known release (the job stack then
     refuses to build a pipeline for it)."""
     shm_size: Annotated[
-        Text,
-        AfterValidator(_memory_quantity),
-        Field(alias="shmSize"),
-        Allowed("a Kubernetes memory quantity such as 240Gi"),
+        MemoryQuantity, Field(alias="shmSize"), Allowed("a Kubernetes memory quantity such as 240Gi")
     ] = "240Gi"
     """Memory-backed `/dev/shm` of each GPU worker; more than 0 and less than `rayWorker.memory`."""
     ray_autoscaling: Annotated[
@@ -473,12 +458,12 @@ class InfraSettings(_Keys):
     """Object."""
     ranges: NetworkRanges = Field(default_factory=lambda: NetworkRanges.model_validate({}), alias="networkRanges")
     """Object."""
-    ray_head: Annotated[RayHead, Shown('`{cpu: "64", memory: 500G}`')] = Field(
+    ray_head: Annotated[RayHead, _POD_OBJECT, Shown('`{cpu: "64", memory: 500G}`')] = Field(
         default_factory=lambda: RayHead.model_validate({}), alias="rayHead"
     )
     """Object: the head's CPU and memory (requests = limits). Must fit `cpuMachineType` after GKE's reservations, a
     DaemonSet allowance and the log sidecar."""
-    ray_worker: Annotated[RayWorker, Shown('`{cpu: "206", memory: 2400Gi}`')] = Field(
+    ray_worker: Annotated[RayWorker, _POD_OBJECT, Shown('`{cpu: "206", memory: 2400Gi}`')] = Field(
         default_factory=lambda: RayWorker.model_validate({}), alias="rayWorker"
     )
     """Object: each GPU worker's CPU and memory (plus all 8 GPUs). Must fit the GPU machine the same way."""
@@ -796,17 +781,6 @@ SECRETS = {
 }
 
 
-def build_settings(values: dict[str, Any]) -> InfraSettings:
-    """Validate raw config values (keyed as in Pulumi.yaml) into settings. Pure: no Pulumi runtime."""
-    return validated(InfraSettings, values)
-
-
-def check_keys(project: str, keys: Iterable[str]) -> None:
-    """Refuse config the program would silently ignore (config_rules.check_keys): a misspelt `gpuNode`,
-    `lustre.capacityGib` set without --path, or a near miss of the project's namespace (`nemo-rl:zone`)."""
-    check_config_keys(project, keys, [*keys_of(InfraSettings), *SECRETS], KEY_ALIASES)
-
-
 @dataclass(frozen=True)
 class Secrets:
     hf_token: pulumi.Output[str]
@@ -815,20 +789,8 @@ class Secrets:
 
 def load() -> tuple[InfraSettings, Secrets]:
     """Read the stack's config once. Raises ConfigError before any resource is registered."""
+    values = read_config(InfraSettings, KEY_ALIASES, secrets=SECRETS)
     config = pulumi.Config()
-    check_keys(pulumi.get_project(), runtime_config_keys())
-    values: dict[str, Any] = {}
-    as_json = object_keys(InfraSettings)
-    for key in keys_of(InfraSettings):
-        namespace, _, name = key.rpartition(":")
-        text = pulumi.Config(namespace).get(name) if namespace else config.get(key)
-        if text is None:
-            continue
-        try:
-            values[key] = json.loads(text) if key in as_json else text
-        except ValueError:
-            values[key] = text  # not JSON (set without --path): the key's own check names it
-
     secrets = {key: config.get_secret(key) for key in SECRETS}
     if secrets["hfToken"] is None:
         raise ConfigError(
@@ -836,7 +798,7 @@ def load() -> tuple[InfraSettings, Secrets]:
             None,
             "required: your Hugging Face token, stored encrypted: pulumi config set --secret hfToken hf_...",
         )
-    settings = build_settings(values)
+    settings = validated(InfraSettings, values)
     for note in settings.zone_notes:
         pulumi.log.warn(note)
     return settings, Secrets(hf_token=secrets["hfToken"], wandb_api_key=secrets["wandbApiKey"])

@@ -2,12 +2,12 @@
 
 import pulumi
 import pulumi_kubernetes as k8s
-from config_rules import ConfigError
+from config_rules import ConfigError, read_config
 from launcher import checkpoints
 from launcher.cost import run_estimate
 from launcher.infra_outputs import read_infra_outputs
 from launcher.job import PipelineJob, PipelineJobArgs
-from launcher.job_settings import build_job_settings, read_config
+from launcher.job_settings import KEY_ALIASES, JobSettings, build_job_settings
 from launcher.overrides import model_notes, recipe_notes
 from launcher.paths import archive_uri, checkpoint_dir, model_uri
 from launcher.script import (
@@ -19,7 +19,7 @@ from launcher.script import (
 )
 from launcher.steps import attempt_ids, entrypoint_text, pipeline_steps, rerun_warnings
 
-values = read_config()
+values = read_config(JobSettings, KEY_ALIASES, "see the job stack's table in docs/configuration.md")
 if not values.get("infraStack"):
     raise ConfigError(
         "infraStack", None, "required: the infra stack, e.g. pulumi config set infraStack organization/nemo-rl-gke/h200"

@@ -15,13 +15,14 @@ from typing import Any
 import helm_python
 import pytest
 import yaml
+from config_rules import validated
 from conftest import INFRA_STACKS, ROOT, run_infra_stack, shared_infra_run
 from upstream import reference
 
 from infra import gke_rules
 from infra.cluster import build_kubeconfig
 from infra.nemo_rl_releases import release_for
-from infra.settings import ConfigError, build_settings
+from infra.settings import ConfigError, InfraSettings
 from tools.offline import MOCK_PROJECT_NUMBER, load_stack_config, mock_dns_endpoint, run_program
 from workloads.ray_values import build_ray_values, split_image
 from workloads.stack import RELEASE_NAME
@@ -39,7 +40,7 @@ DIGEST = "sha256:" + "0123456789abcdef" * 4
 
 
 def settings_with(**values: Any):
-    return build_settings({**SPOT, **values})
+    return validated(InfraSettings, {**SPOT, **values})
 
 
 def expect_error(key: str, fragment: str, **values: Any) -> ConfigError:

@@ -9,13 +9,14 @@ from dataclasses import replace
 
 import pytest
 import yaml
+from config_rules import validated
 from conftest import INFRA_STACKS, ROOT, run_infra_stack
 from script_loader import load_script
 
 from infra import cost, prices
 from infra.cost import USER_RATE, CostInputs, estimate, summary_lines
 from infra.prices import FLEX_START, ON_DEMAND, SPOT, Other, Price
-from infra.settings import LUSTRE_TIERS, ConfigError, build_settings
+from infra.settings import LUSTRE_TIERS, ConfigError, InfraSettings
 from infra.stack import cost_inputs
 from tools.offline import load_stack_config
 
@@ -344,7 +345,7 @@ def _shipped(stack: str, **overrides: object) -> CostInputs:
     Pulumi.yaml defaults, validated settings, cost inputs."""
     project, config = load_stack_config(ROOT, stack)
     values = {key.removeprefix(f"{project}:"): value for key, value in config.items()}
-    return cost_inputs(build_settings({**values, **overrides}))
+    return cost_inputs(validated(InfraSettings, {**values, **overrides}))
 
 
 @pytest.mark.parametrize("stack", ["h200", "b200"])

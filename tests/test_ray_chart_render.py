@@ -13,9 +13,10 @@ import helm_python
 import jsonschema
 import pytest
 import yaml
+from config_rules import validated
 from upstream import reference
 
-from infra.settings import build_settings
+from infra.settings import InfraSettings
 from workloads.ray_values import WORKER_GROUP, build_ray_values
 from workloads.stack import RELEASE_NAME
 
@@ -89,7 +90,7 @@ def check_against_crd(obj: dict[str, Any], schema: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_rendered_raycluster_matches_the_crd_and_the_mode(chart: Any, crd_schema: dict[str, Any], case: str):
-    settings = build_settings(CASES[case])
+    settings = validated(InfraSettings, CASES[case])
     cluster = render_raycluster(chart, build_ray_values(settings, refs()))
     check_against_crd(cluster, crd_schema)
 
@@ -117,7 +118,7 @@ def test_the_offline_chart_model_renders_what_the_chart_renders(chart: Any, case
     the template's annotations plus the one KubeRay copies from the RayCluster."""
     from test_ray_values import render_pod
 
-    values = build_ray_values(build_settings(CASES[case]), refs())
+    values = build_ray_values(validated(InfraSettings, CASES[case]), refs())
     cluster = render_raycluster(chart, values)
     spec = cluster["spec"]
     (group,) = [g for g in spec["workerGroupSpecs"] if g["groupName"] == WORKER_GROUP]
@@ -130,15 +131,15 @@ def test_the_offline_chart_model_renders_what_the_chart_renders(chart: Any, case
 
 
 def test_defaults_per_mode():
-    assert build_settings(CASES["flexStart"]).gpu_autoscaling is True
-    assert build_settings(CASES["spot"]).gpu_autoscaling is True
-    assert build_settings(CASES["reservation"]).gpu_autoscaling is False
-    assert build_settings(CASES["spot"]).idle_timeout_seconds == 900
-    assert build_settings(CASES["flexStart"]).idle_timeout_seconds == 600
+    assert validated(InfraSettings, CASES["flexStart"]).gpu_autoscaling is True
+    assert validated(InfraSettings, CASES["spot"]).gpu_autoscaling is True
+    assert validated(InfraSettings, CASES["reservation"]).gpu_autoscaling is False
+    assert validated(InfraSettings, CASES["spot"]).idle_timeout_seconds == 900
+    assert validated(InfraSettings, CASES["flexStart"]).idle_timeout_seconds == 600
 
 
 def test_the_crd_check_catches_a_bad_raycluster(chart: Any, crd_schema: dict[str, Any]):
-    cluster = render_raycluster(chart, build_ray_values(build_settings(CASES["flexStart"]), refs()))
+    cluster = render_raycluster(chart, build_ray_values(validated(InfraSettings, CASES["flexStart"]), refs()))
     wrong_type = copy.deepcopy(cluster)
     wrong_type["spec"]["autoscalerOptions"]["idleTimeoutSeconds"] = "ten minutes"
     with pytest.raises(jsonschema.ValidationError):
@@ -162,7 +163,7 @@ def test_the_chart_passes_the_workers_topology_affinity(chart: Any, crd_schema: 
     one block, reaches the RayCluster KubeRay reads, and the CRD accepts it."""
     from workloads.ray_values import TOPOLOGY_BLOCK_LABEL, TOPOLOGY_SUBBLOCK_LABEL, topology_affinity
 
-    values = build_ray_values(build_settings({**BASE, "reservation": "r", "gpuNodes": 32}), refs())
+    values = build_ray_values(validated(InfraSettings, {**BASE, "reservation": "r", "gpuNodes": 32}), refs())
     cluster = render_raycluster(chart, values)
     check_against_crd(cluster, crd_schema)
     (group,) = [g for g in cluster["spec"]["workerGroupSpecs"] if g["groupName"] == WORKER_GROUP]

@@ -14,9 +14,10 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+from config_rules import validated
 from upstream import reference
 
-from infra.settings import LOG_SIDECAR, InfraSettings, build_settings
+from infra.settings import LOG_SIDECAR, InfraSettings
 from infra.sizing import memory_bytes
 from workloads import ray_chart, ray_values
 from workloads.ray_chart import CHART_VALUE_KEYS, CHART_VERSION, unknown_value_keys
@@ -58,7 +59,7 @@ def make_refs(secret_keys: tuple[str, ...] = ("HF_TOKEN",)) -> RayClusterRefs:
 
 @pytest.fixture(params=[H200, B200], ids=["h200", "b200"])
 def settings(request: pytest.FixtureRequest) -> InfraSettings:
-    return build_settings(request.param)
+    return validated(InfraSettings, request.param)
 
 
 def worker_group(values: dict[str, Any]) -> dict[str, Any]:
@@ -246,7 +247,7 @@ def test_service_name_and_ports() -> None:
         8080,
     )
     assert ray_values.LUSTRE_MOUNT_PATH == "/data"
-    values = build_ray_values(build_settings(H200), make_refs())
+    values = build_ray_values(validated(InfraSettings, H200), make_refs())
     ports = {port["name"]: port["containerPort"] for port in values["head"]["ports"]}
     assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080}
 
@@ -292,7 +293,7 @@ def test_gpu_workers_get_every_nic_in_order(settings: InfraSettings) -> None:
 
 
 def test_b200_sizes_come_from_settings() -> None:
-    settings = build_settings(B200)
+    settings = validated(InfraSettings, B200)
     values = build_ray_values(settings, make_refs())
     group = worker_group(values)
     assert group["replicas"] == 3
@@ -579,7 +580,7 @@ def test_rendered_pods_are_valid_kubernetes(settings: InfraSettings, secret_keys
     ids=["toleration-field", "volume-field", "quantity-type", "account-type"],
 )
 def test_schema_validation_catches_broken_fields(breakage: Any) -> None:
-    settings = build_settings(H200)
+    settings = validated(InfraSettings, H200)
     values = copy.deepcopy(build_ray_values(settings, make_refs()))
     values["head"].setdefault("tolerations", [])
     breakage(values)

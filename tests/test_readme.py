@@ -13,7 +13,7 @@ from pathlib import PurePosixPath
 
 import pytest
 import yaml
-from config_rules import keys_of
+from config_rules import keys_of, validated
 from conftest import ROOT
 from launcher import job_settings
 
@@ -216,9 +216,10 @@ def test_every_component_is_in_the_design_notes_table_with_its_file():
 
 def test_object_keys_defaults_documented_are_the_settings_defaults():
     """`lustre`, `networkRanges`, `rayHead`, `rayWorker` have no Pulumi.yaml default: infra/settings.py holds them."""
-    settings = infra_settings.build_settings(
+    settings = validated(
+        infra_settings.InfraSettings,
         {"gcp:project": "p", "gcp:region": "europe-west1", "zone": "europe-west1-b", "gpuType": "nvidia-h200-141gb"}
-        | {"gpuProvisioning": "spot"}  # nothing set for the objects: their defaults apply
+        | {"gpuProvisioning": "spot"},  # nothing set for the objects: their defaults apply
     )
     rows = table_rows(section(CONFIGURATION, "## Infra stack (root project", "## Job stack"))
     ranges = settings.ranges

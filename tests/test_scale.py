@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from config_rules import validated
 from conftest import RunInfra
 
 from infra import scale
-from infra.settings import ConfigError, build_settings
+from infra.settings import ConfigError, InfraSettings
 from workloads import ray_values
 
 NODE_POOL = "gcp:container/nodePool:NodePool"
@@ -26,7 +27,7 @@ N32 = {**BASE, "gpuNodes": 32}
 
 def refused(key: str, value: str, allowed: str, **changes: Any) -> ConfigError:
     with pytest.raises(ConfigError) as caught:
-        build_settings({**N32, **changes})
+        validated(InfraSettings, {**N32, **changes})
     error = caught.value
     assert error.key == key, str(error)
     assert f"'{key}' = " in str(error) and value in str(error) and allowed in str(error), str(error)
@@ -34,7 +35,7 @@ def refused(key: str, value: str, allowed: str, **changes: Any) -> ConfigError:
 
 
 def test_the_default_ranges_hold_32_gpu_nodes_and_their_pods():
-    settings = build_settings(N32)
+    settings = validated(InfraSettings, N32)
     assert settings.gpu_nodes == settings.ray_worker_replicas == 32
     assert (
         scale.range_problems(
@@ -60,7 +61,7 @@ def test_a_pod_range_too_small_for_n_nodes_is_refused():
     # A /20 holds 16 node blocks of /24: 32 GPU + 5 CPU + 1 surge nodes need 38, so a /18.
     refused("networkRanges.pods", "10.16.0.0/20", "a /18 or larger", networkRanges={"pods": "10.16.0.0/20"})
     # The same range carries two nodes.
-    build_settings({**BASE, "cpuPoolMaxNodes": 2, "networkRanges": {"pods": "10.16.0.0/20"}})
+    validated(InfraSettings, {**BASE, "cpuPoolMaxNodes": 2, "networkRanges": {"pods": "10.16.0.0/20"}})
 
 
 def test_a_node_subnet_too_small_for_n_nodes_is_refused():
@@ -75,7 +76,7 @@ def test_rdma_and_gvnic_subnets_need_an_address_per_gpu_node():
     gvnic = {"gvnicSubnet": "192.168.0.0/27"}
     refused("networkRanges.gvnicSubnet", "192.168.0.0/27", "32 GPU nodes", networkRanges=gvnic)
     # /27 RDMA subnets hold 28 nodes: fine for two.
-    build_settings({**BASE, "networkRanges": {"rdmaSubnets": rdma, "gvnicSubnet": "192.168.0.0/27"}})
+    validated(InfraSettings, {**BASE, "networkRanges": {"rdmaSubnets": rdma, "gvnicSubnet": "192.168.0.0/27"}})
 
 
 def test_services_range_below_gkes_minimum_is_refused():
@@ -86,10 +87,10 @@ def test_the_ray_head_grows_with_the_workers():
     cores, size = scale.head_minimum(32)
     assert cores == 40 and size == 32 * 10**9 + 32 * 8 * 2**30
     # Enough for two workers, not for 32: named with the key, the value and the rule.
-    build_settings({**BASE, "rayHead": {"cpu": "16", "memory": "64G"}})
+    validated(InfraSettings, {**BASE, "rayHead": {"cpu": "16", "memory": "64G"}})
     refused("rayHead.cpu", "16", "at least 40 cores for 32 GPU workers", rayHead={"cpu": "16", "memory": "400G"})
     refused("rayHead.memory", "64G", "at least 286Gi", rayHead={"cpu": "48", "memory": "64G"})
-    build_settings(N32)  # the default head (64 cores, 500G) carries 32 workers
+    validated(InfraSettings, N32)  # the default head (64 cores, 500G) carries 32 workers
 
 
 def test_compact_placement_only_where_gke_allows_it():
@@ -124,7 +125,7 @@ def test_scale_problems_stop_the_program_before_anything_is_registered(run_infra
 def test_gpu_workers_prefer_one_subblock_then_one_block():
     from test_ray_values import make_refs
 
-    values = ray_values.build_ray_values(build_settings(N32), make_refs())
+    values = ray_values.build_ray_values(validated(InfraSettings, N32), make_refs())
     group = values["additionalWorkerGroups"][ray_values.WORKER_GROUP]
     terms = group["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     by_key = {t["podAffinityTerm"]["topologyKey"]: t for t in terms}
@@ -148,7 +149,7 @@ def test_the_cost_estimate_counts_every_gpu_node():
     from infra.prices import HOURS_PER_MONTH
     from infra.stack import cost_inputs
 
-    two, many = (estimate(cost_inputs(build_settings({**BASE, "gpuNodes": n}))).as_output() for n in (2, 32))
+    two, many = (estimate(cost_inputs(validated(InfraSettings, {**BASE, "gpuNodes": n}))).as_output() for n in (2, 32))
     per_node = many["gpuNodePerHour"]
     assert per_node == two["gpuNodePerHour"]  # the rate does not change with the count
     # 30 more nodes, each with its boot disk.

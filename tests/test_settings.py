@@ -5,13 +5,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import config_rules
 import pytest
 import yaml
+from config_rules import validated
 from conftest import ROOT
 
 from infra import gke_rules
 from infra.presets import GPU_PRESETS
-from infra.settings import ConfigError, PodResources, build_settings, check_keys, validate_lustre_capacity
+from infra.settings import KEY_ALIASES, SECRETS, ConfigError, InfraSettings, PodResources, validate_lustre_capacity
 from infra.sizing import allocatable_cpu, allocatable_memory_bytes, cpu_cores, memory_bytes
 
 BASE: dict[str, Any] = {
@@ -23,9 +25,14 @@ BASE: dict[str, Any] = {
 }
 
 
+def check_keys(project: str, keys: list[str]) -> None:
+    """The infra program's refusal of keys it would ignore (its read_config runs the same)."""
+    config_rules.check_keys(project, keys, [*config_rules.keys_of(InfraSettings), *SECRETS], KEY_ALIASES)
+
+
 def settings_with(**changes: Any):
     values = {**BASE, **changes}
-    return build_settings({k: v for k, v in values.items() if v is not None})
+    return validated(InfraSettings, {k: v for k, v in values.items() if v is not None})
 
 
 def expect_error(key: str, value_fragment: str, allowed_fragment: str, **changes: Any) -> ConfigError:
@@ -317,6 +324,42 @@ def test_missing_required_keys_name_the_key():
     expect_error("gpuType", "is not set", "nvidia-h200-141gb", gpuType=None)
 
 
+def test_a_required_key_unset_or_empty_says_how_to_set_it():
+    lines = {
+        "gpuType": "config 'gpuType' is not set: required: one of ['nvidia-b200', 'nvidia-h200-141gb'] "
+        "(pulumi config set gpuType ...)",
+        "gcp:project": "config 'gcp:project' is not set: required: the GCP project id (pulumi config set gcp:project "
+        "...)",
+        "gcp:region": "config 'gcp:region' is not set: required: the region of the control plane and subnets, e.g. "
+        "us-central1 (pulumi config set gcp:region ...)",
+    }
+    for key, line in lines.items():
+        with pytest.raises(ConfigError) as caught:
+            settings_with(**{key: None})
+        assert str(caught.value) == line
+        with pytest.raises(ConfigError) as caught:
+            settings_with(**{key: ""})
+        assert str(caught.value) == line.replace("is not set", "= '' is not allowed")
+    # A value that is set but wrong: the rule alone.
+    with pytest.raises(ConfigError) as caught:
+        settings_with(gpuType="nvidia-a100")
+    assert (
+        str(caught.value)
+        == "config 'gpuType' = 'nvidia-a100' is not allowed: one of ['nvidia-b200', 'nvidia-h200-141gb']"
+    )
+
+
+def test_pod_resources_that_are_no_object_are_refused_with_an_example():
+    for key in ("rayHead", "rayWorker"):
+        for given, shown in (("64", "'64'"), ([1], "[1]")):
+            with pytest.raises(ConfigError) as caught:
+                settings_with(**{key: given})
+            assert str(caught.value) == (
+                f"config '{key}' = {shown} is not allowed: an object with keys cpu and memory, e.g. "
+                "{cpu: 64, memory: 500G}"
+            )
+
+
 def test_unset_values_read_not_set_never_none():
     for changes in ({"gcp:project": None}, {"zone": None}, {"gpuType": None}, {"reservation": None}):
         with pytest.raises(ConfigError) as caught:
@@ -361,20 +404,20 @@ def test_quantities_and_allocatable():
 def test_autoscaling_keys_are_validated():
     spot = {**BASE, "reservation": None, "gpuProvisioning": "spot"}
     with pytest.raises(ConfigError, match=r"'rayIdleTimeoutSeconds' = 30 is not allowed: 60\.\.86400 seconds"):
-        build_settings({**spot, "rayIdleTimeoutSeconds": 30})
+        validated(InfraSettings, {**spot, "rayIdleTimeoutSeconds": 30})
     with pytest.raises(ConfigError, match="'rayAutoscaling' = 'sometimes'"):
-        build_settings({**spot, "rayAutoscaling": "sometimes"})
-    assert build_settings({**spot, "rayAutoscaling": "false"}).gpu_autoscaling is False
-    assert build_settings({**spot, "rayAutoscaling": ""}).gpu_autoscaling is True  # empty: by mode
+        validated(InfraSettings, {**spot, "rayAutoscaling": "sometimes"})
+    assert validated(InfraSettings, {**spot, "rayAutoscaling": "false"}).gpu_autoscaling is False
+    assert validated(InfraSettings, {**spot, "rayAutoscaling": ""}).gpu_autoscaling is True  # empty: by mode
 
 
 def test_the_head_must_leave_room_for_the_autoscaler():
     # 77.5 cores fit n2-highmem-80 beside the log sidecar, but not beside the autoscaler as well (0.5 more).
     head = {"cpu": "77.5", "memory": "400G"}
     fixed = {**BASE, "cpuMachineType": "n2-highmem-80", "rayHead": head}
-    assert build_settings(fixed).ray_head.cpu == "77.5"  # reservation: autoscaler off by default
+    assert validated(InfraSettings, fixed).ray_head.cpu == "77.5"  # reservation: autoscaler off by default
     with pytest.raises(ConfigError, match=r"'rayHead\.cpu' = '77\.5'.*at most 77\.0 cores on n2-highmem-80"):
-        build_settings({**fixed, "rayAutoscaling": True})
+        validated(InfraSettings, {**fixed, "rayAutoscaling": True})
 
 
 def test_export_bucket_choices():
@@ -389,7 +432,7 @@ def test_bad_export_bucket(bucket: str):
 
 
 def test_declared_defaults_are_the_programs_own():
-    """The CLI applies Pulumi.yaml's defaults; build_settings has its own for a key that is absent. They must agree,
+    """The CLI applies Pulumi.yaml's defaults; the model has its own for a key that is absent. They must agree,
     or the same stack deploys differently under the CLI and wherever the defaults are not applied."""
     declared = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]
     defaults = {key: d["default"] for key, d in declared.items() if "default" in d and key not in BASE}

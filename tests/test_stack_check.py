@@ -230,10 +230,12 @@ def test_the_commands_the_checks_print_are_pulumi_config_commands():
     ],
 )
 def test_did_you_mean_proposes_the_provider_keys_and_maps_the_tutorials_names(key: str, hint: str):
-    from infra.settings import UnknownKeyError, check_keys
+    from config_rules import UnknownKeyError, check_keys, keys_of
+
+    from infra.settings import KEY_ALIASES, MODEL, SECRETS
 
     with pytest.raises(UnknownKeyError) as caught:
-        check_keys("nemo-rl-gke", [f"nemo-rl-gke:{key}"])
+        check_keys("nemo-rl-gke", [f"nemo-rl-gke:{key}"], [*keys_of(MODEL), *SECRETS], KEY_ALIASES)
     message = str(caught.value)
     assert message.startswith(f"config 'nemo-rl-gke:{key}' is not a key this program reads: did you mean ")
     assert hint in message

@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from config_rules import validated
 from upstream import reference
 
-from infra.settings import build_settings
+from infra.settings import InfraSettings
 from tools import plan_run, ray_pods
 from workloads.ray_values import RAY_TMP_DIR, WORKER_GROUP, build_ray_values
 from workloads.stack import RELEASE_NAME
@@ -59,7 +60,7 @@ def pods(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
     reference("kuberay-v1.5.1")
     from test_ray_values import make_refs
 
-    values = build_ray_values(build_settings(MODES[request.param]), make_refs())
+    values = build_ray_values(validated(InfraSettings, MODES[request.param]), make_refs())
     return ray_pods.ray_pods(ray_pods.render_raycluster(values, RELEASE_NAME, "nemo-rl"))
 
 

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from config_rules import validated
 from conftest import ROOT
 
 from infra import zones
 from infra.presets import GPU_PRESETS
-from infra.settings import ConfigError, build_settings
+from infra.settings import ConfigError, InfraSettings
 from tools import plan, plan_stacks, update_zones
 from tools.offline import load_stack_config
 
@@ -38,14 +39,14 @@ def test_the_table_covers_every_preset_and_names_its_sources():
 
 @pytest.mark.parametrize("stack", INFRA_STACKS)
 def test_every_shipped_stack_zone_offers_its_gpu_and_lustre(stack: str):
-    settings = build_settings(stack_values(stack))
+    settings = validated(InfraSettings, stack_values(stack))
     assert settings.zone in zones.load_table().gpu_zones[settings.preset.machine_type]
     assert settings.zone_notes == ()
 
 
 def test_a_zone_without_the_machine_type_is_refused_in_one_line_with_the_fix():
     with pytest.raises(ConfigError) as error:
-        build_settings(stack_values("b200", **{"gcp:region": "us-east5", "zone": "us-east5-a"}))
+        validated(InfraSettings, stack_values("b200", **{"gcp:region": "us-east5", "zone": "us-east5-a"}))
     message = str(error.value)
     assert "\n" not in message
     assert message.startswith("config 'zone' = 'us-east5-a' is not allowed: a zone that offers a4-highgpu-8g: ")
@@ -56,13 +57,15 @@ def test_a_zone_without_the_machine_type_is_refused_in_one_line_with_the_fix():
 
 def test_a_zone_the_table_cannot_speak_for_is_accepted_with_a_warning():
     # A3 Ultra is listed in us-east5-a; the Lustre rows read do not cover us-east5.
-    settings = build_settings(stack_values("h200", **{"gcp:region": "us-east5", "zone": "us-east5-a"}))
+    settings = validated(InfraSettings, stack_values("h200", **{"gcp:region": "us-east5", "zone": "us-east5-a"}))
     (note,) = settings.zone_notes
     assert note.startswith("zone us-east5-a: ") and "Managed Lustre" in note
 
 
 def test_a_region_listed_without_zones_warns_instead_of_refusing():
-    settings = build_settings(stack_values("b200", **{"gcp:region": "europe-west1", "zone": "europe-west1-b"}))
+    settings = validated(
+        InfraSettings, stack_values("b200", **{"gcp:region": "europe-west1", "zone": "europe-west1-b"})
+    )
     assert any("a4-highgpu-8g is listed in europe-west1" in note for note in settings.zone_notes)
 
 

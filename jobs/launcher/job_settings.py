@@ -4,37 +4,35 @@ this model (tools/config_docs.py)."""
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
 from typing import Annotated, Any
 
-import pulumi
 from config_rules import (
     Allowed,
     ConfigError,
     Flag,
     Number,
     Secret,
+    Settings,
     Shown,
     Text,
     WholeNumber,
-    check_keys,
     keys_of,
-    object_keys,
-    runtime_config_keys,
     validated,
 )
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
+    BeforeValidator,
     Field,
     PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from launcher import nemo_rl_rules, performance
 from launcher.benchmark_settings import (
@@ -74,14 +72,18 @@ KEY_ALIASES = {
     "wandbapikey": "the key is the infra stack's secret: pulumi config set --secret wandbApiKey KEY in the infra "
     "project",
 }
-# python-re: the model id's rule needs a lookahead (no '--' or '..' anywhere).
-_CONFIG = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, regex_engine="python-re")
 
 
-class DatasetSettings(BaseModel):
+def _rerun_number(value: Any) -> int:
+    """0..MAX_RERUN, "1" as text too; any other value is refused with the rerun's rule (not a whole number's)."""
+    number = int(value) if isinstance(value, str) and value.isdigit() else value
+    if isinstance(number, int) and not isinstance(number, bool) and 0 <= number <= MAX_RERUN:
+        return number
+    raise PydanticCustomError("rerun_number", "a rerun number")
+
+
+class DatasetSettings(Settings):
     """The user's own JSONL rows instead of GSM8K (the job setting dataset), prepared on Lustre by prepare_jsonl.py."""
-
-    model_config = _CONFIG
 
     # gs://BUCKET/OBJECT.jsonl, a file under the Lustre mount, or hf://datasets/OWNER/NAME[@REV]/FILE.jsonl
     source: str = Field(None, validate_default=True)
@@ -94,6 +96,18 @@ class DatasetSettings(BaseModel):
         Field(pattern=r"^([A-Za-z0-9][A-Za-z0-9 ._-]{0,39})?$"),
         Allowed("1-40 letters, digits, spaces, '.', '_' or '-', starting with a letter or digit"),
     ] = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, raw: Any) -> Any:
+        """An unknown field is refused with its value, naming the fields (not as an unknown config key)."""
+        fields = list(keys_of(cls))
+        for field in raw if isinstance(raw, dict) else ():
+            if field not in fields:
+                match = difflib.get_close_matches(str(field), fields, n=1)
+                hint = f"; did you mean '{match[0]}'?" if match else ""
+                raise ConfigError(f"dataset.{field}", raw[field], f"a field of dataset: {', '.join(fields)}{hint}")
+        return raw
 
     @field_validator("source", "test_source", mode="before")
     @classmethod
@@ -137,9 +151,7 @@ class DatasetSettings(BaseModel):
         return f"jsonl-{hashlib.sha256(what.encode()).hexdigest()[:12]}"
 
 
-class JobSettings(BaseModel):
-    model_config = _CONFIG
-
+class JobSettings(Settings):
     infra_stack: Annotated[
         Text,
         Field(alias="infraStack", pattern=r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+){0,2}$"),
@@ -166,7 +178,9 @@ class JobSettings(BaseModel):
     `.yaml`."""
     model: Annotated[
         Text,
-        Field(pattern=rf"^(?!.*(--|\.\.))((?:{_HF_PART}/)?{_HF_PART})?$"),
+        # Surrounding spaces are dropped (after the rule, so that a refusal shows the value as given).
+        Field(pattern=rf"^\s*(?!.*(--|\.\.))((?:{_HF_PART}/)?{_HF_PART})?\s*$"),
+        AfterValidator(str.strip),
         Allowed(
             "a Hugging Face model id, OWNER/NAME (e.g. Qwen/Qwen2.5-Math-7B-Instruct): letters, digits, '-', '_', '.', "
             "each part at most 96 characters, not starting or ending with '-' or '.', no '--' or '..'; empty for the "
@@ -285,15 +299,15 @@ class JobSettings(BaseModel):
         dict[
             str,
             Annotated[
-                WholeNumber,
-                Field(ge=0, le=MAX_RERUN),
+                int,
+                BeforeValidator(_rerun_number),
                 Allowed(f"a whole number 0..{MAX_RERUN}: raise it by one to run the step again"),
             ],
         ],
         AfterValidator(lambda numbers: {name: number for name, number in numbers.items() if number}),
         Allowed('a map of step name to rerun number, e.g. {"eval-final": 1}'),
         Shown("none"),
-    ] = {}
+    ] = Field(default_factory=dict)
     """Steps to run again, each with a number: a map of step name to rerun number, e.g. `pulumi config set --path
     'rerun["eval-final"]' 1`. A named step runs under the id `<runName>-<step>-rerunN` with its own outcome record
     `<step>.rerunN.json`; raise the number to run it once more (see [Run a step
@@ -335,7 +349,7 @@ class JobSettings(BaseModel):
         Field(alias="benchmarkRecipes"),
         Allowed("a performance recipe's name (e.g. grpo-qwen3-32b-4n8g), or a list of them, run one after the other"),
         Shown("the Llama 3.1 8B trio"),
-    ] = list(DEFAULT_BENCHMARK_RECIPES)
+    ] = Field(default_factory=lambda: list(DEFAULT_BENCHMARK_RECIPES))
     """With `benchmark`: one recipe of the image's release's `examples/configs/recipes/llm/performance/` (its file name,
     e.g. `grpo-qwen3-32b-4n8g`: `pulumi config set benchmarkRecipes grpo-qwen3-32b-4n8g`) or a list of them (`pulumi
     config set --path 'benchmarkRecipes[0]' ...`), run one after the other. Unset: `grpo-llama3.1-8b-instruct-2n8g`,
@@ -431,27 +445,6 @@ class JobSettings(BaseModel):
 
 MODEL = JobSettings
 SECRETS: dict[str, Secret] = {}  # the job stack's secrets are the infra stack's
-
-
-def read_config() -> dict[str, Any]:
-    """The job settings, after refusing keys the program would ignore (`pulumi up` hands every key over in
-    PULUMI_CONFIG; mocks set the runtime's map)."""
-    check_keys(
-        pulumi.get_project(),
-        runtime_config_keys(),
-        keys_of(JobSettings),
-        KEY_ALIASES,
-        "see the job stack's table in docs/configuration.md",
-    )
-    config = pulumi.Config()
-    values: dict[str, Any] = {}
-    as_json = object_keys(JobSettings)
-    for key in keys_of(JobSettings):
-        try:
-            values[key] = config.get_object(key) if key in as_json else config.get(key)
-        except pulumi.ConfigTypeError:
-            values[key] = config.get(key)  # one recipe's name: `pulumi config set benchmarkRecipes X`
-    return values
 
 
 def build_job_settings(values: dict[str, Any], infra: InfraOutputs) -> JobSettings:

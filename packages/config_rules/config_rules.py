@@ -8,6 +8,7 @@ Pulumi's text values strict: "5" is a whole number, "true" a flag, but "yes", "o
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import types
 import typing
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
 import pulumi
-from pydantic import BaseModel, BeforeValidator, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 from pydantic_core import PydanticCustomError
 
 # Keys in a provider's namespace are the provider's to check.
@@ -46,6 +47,14 @@ class Allowed:
     its type's own."""
 
     text: str
+
+
+@dataclass(frozen=True)
+class Required:
+    """A key without a default (Annotated metadata): unset or empty, its rule reads
+    `required: WHAT (pulumi config set KEY ...)`."""
+
+    what: str
 
 
 @dataclass(frozen=True)
@@ -107,6 +116,13 @@ _NUMBER_BOUNDS = ("greater_than_equal", "greater_than", "less_than_equal", "less
 Model = TypeVar("Model", bound=BaseModel)
 
 
+class Settings(BaseModel):
+    """A settings model (or an object key's): frozen, an unknown key refused, each field's docstring its description
+    (tools/config_docs.py); python-re, as some keys' rules need a lookahead."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, regex_engine="python-re")
+
+
 def _as_read(text: str) -> Any:
     for kind in (int, float):
         try:
@@ -143,6 +159,9 @@ def config_error(error: ValidationError, model: type[BaseModel]) -> ConfigError:
     if field is not None and owner is None:  # a list's or a map's item: its own type's rule first
         metadata[:0] = [m for arg in typing.get_args(field.annotation) for m in getattr(arg, "__metadata__", ())]
     rule = next((item.text for item in metadata if isinstance(item, Allowed)), None)
+    required = next((item.what for item in metadata if isinstance(item, Required)), None)
+    if required and value in (None, ""):
+        rule = f"required: {required} (pulumi config set {key} ...)"
     return ConfigError(key, value, rule or _rule_of(kind, first.get("ctx", {}), field, first["msg"]))
 
 
@@ -224,12 +243,6 @@ def closest(key: str, known: Iterable[str], aliases: Mapping[str, str], fallback
     return hint or fallback or "see the configuration tables in docs/configuration.md"
 
 
-def runtime_config_keys() -> set[str]:
-    """Every config key the engine handed the program (`pulumi up` passes them in PULUMI_CONFIG; mocks and
-    tools/offline.py set them in the runtime's map)."""
-    return set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env())
-
-
 def check_keys(
     project: str, keys: Iterable[str], known: Iterable[str], aliases: Mapping[str, str], fallback: str = ""
 ) -> None:
@@ -244,3 +257,27 @@ def check_keys(
             raise UnknownKeyError(full_key, closest(key, known, aliases, fallback))
         if namespace not in (project, *PROVIDER_NAMESPACES) and difflib.get_close_matches(namespace, [project]):
             raise UnknownKeyError(full_key, f"its namespace is not {project!r}; did you mean '{project}:{key}'?")
+
+
+def read_config(
+    model: type[BaseModel], aliases: Mapping[str, str], fallback: str = "", secrets: Iterable[str] = ()
+) -> dict[str, Any]:
+    """The stack's values of the model's keys, by key, once keys the program would ignore are refused (check_keys):
+    a provider's key (`gcp:project`) from its namespace, an object key as JSON (text that is not JSON, set without
+    --path, as given: the key's own check names it); a key left unset is left out."""
+    # Every key the engine handed the program: `pulumi up` passes them in PULUMI_CONFIG; mocks and tools/offline.py
+    # set them in the runtime's map.
+    given = set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env())
+    check_keys(pulumi.get_project(), given, [*keys_of(model), *secrets], aliases, fallback)
+    as_json = object_keys(model)
+    values: dict[str, Any] = {}
+    for key in keys_of(model):
+        namespace, _, name = key.rpartition(":")
+        text = pulumi.Config(namespace or None).get(name)
+        if text is None:
+            continue
+        try:
+            values[key] = json.loads(text) if key in as_json else text
+        except ValueError:
+            values[key] = text
+    return values

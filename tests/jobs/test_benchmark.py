@@ -10,7 +10,6 @@ import re
 import shlex
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -257,7 +256,7 @@ def test_the_summary_fails_naming_the_folder_when_steps_are_missing(tmp_path):
 
 def test_the_benchmark_takes_any_recipe_that_fits_and_sizes_the_run_from_it(infra):  # noqa: F811
     h200 = infra[RELEASES[0]]["h200"]
-    four = replace(h200, ray_worker_replicas=4)
+    four = h200.model_copy(update={"ray_worker_replicas": 4})
     # One name (as `pulumi config set benchmarkRecipes NAME` stores it), a file name, or a list.
     for given in (
         "grpo-qwen3-32b-4n8g",
@@ -307,10 +306,10 @@ def test_a_recipe_the_infra_cannot_hold_or_run_unchanged_is_refused_in_one_line(
         build_job_settings(benchmark_values(benchmarkRecipes="grpo-qwen3-32b-4n8"), h200)
     with pytest.raises(ConfigError, match="needs 2 nodes of 4 GPUs"):  # GB200's 4-GPU recipe on 8-GPU nodes
         build_job_settings(benchmark_values(benchmarkRecipes="grpo-llama3.1-8b-instruct-2n4g"), h200)
-    big = replace(h200, ray_worker_replicas=64)
+    big = h200.model_copy(update={"ray_worker_replicas": 64})
     with pytest.raises(ConfigError, match="trains on DAPOMath17K"):
         build_job_settings(benchmark_values(benchmarkRecipes="dapo-deepseek-v3-64n8g"), big)
-    v070 = replace(infra["v0.7.0"]["h200"], ray_worker_replicas=64)
+    v070 = infra["v0.7.0"]["h200"].model_copy(update={"ray_worker_replicas": 64})
     with pytest.raises(ConfigError, match="NVIDIA's placeholder"):
         build_job_settings(benchmark_values(benchmarkRecipes="grpo-deepseek-v3-32n8g"), v070)
     with pytest.raises(ConfigError, match=r"a recipe of NeMo RL v0\.5\.0"):  # v0.7.0's only
@@ -322,7 +321,7 @@ def test_a_recipe_the_infra_cannot_hold_or_run_unchanged_is_refused_in_one_line(
 
 
 def test_a_figure_from_another_release_says_so_and_a_recipe_without_one_is_unknown(infra):  # noqa: F811
-    v070 = replace(infra["v0.7.0"]["h200"], ray_worker_replicas=4)
+    v070 = infra["v0.7.0"]["h200"].model_copy(update={"ray_worker_replicas": 4})
     job = build_job_settings(benchmark_values(), v070)  # v0.7.0's summary has no Llama 3.1 8B row
     summary = benchmark_summary_command(job, v070)
     assert "for v0.5.0's recipe of this name" in " ".join(summary)

@@ -59,6 +59,7 @@ def steps_of(job_settings: JobSettings, net: InfraOutputs) -> dict[str, list[str
             "policy.model_name is derived from model: set that",
         ),
         ({"dataset": "gs://b/x.jsonl"}, "dataset", "'gs://b/x.jsonl'", "an object {source, problemField"),
+        ({"dataset": {**DATASET, "problemFeild": "q"}}, "dataset.problemFeild", "'q'", "did you mean 'problemField'?"),
         ({"dataset": {**DATASET, "source": None}}, "dataset.source", None, "a JSONL file: gs://BUCKET/PATH.jsonl"),
         ({"dataset": {**DATASET, "source": "s3://b/x.jsonl"}}, "dataset.source", "'s3://b/x.jsonl'", "hf://datasets/"),
         ({"dataset": {**DATASET, "source": "gs://b/rows.csv"}}, "dataset.source", "'gs://b/rows.csv'", "PATH.jsonl"),
@@ -101,14 +102,29 @@ def test_what_cannot_work_is_refused_with_key_value_and_what_is_allowed(net, val
     assert allowed in message
 
 
-def test_an_unknown_dataset_field_is_refused_naming_the_closest_one(net):
-    """An unknown field is refused like any unknown key: the key, and the field it is closest to."""
+def test_an_unknown_dataset_field_is_refused_with_its_value_naming_the_fields_and_the_closest_one(net):
+    """The line as the dataset's fields have always been refused: the key, its value, the fields there are."""
     with pytest.raises(ConfigError) as refused:
         job(net, dataset={**DATASET, "problemFeild": "q"})
     assert refused.value.key == "dataset.problemFeild"
-    assert str(refused.value).startswith(
-        "config 'dataset.problemFeild' is not a key this program reads: did you mean 'problemField'?"
+    assert str(refused.value) == (
+        "config 'dataset.problemFeild' = 'q' is not allowed: a field of dataset: source, problemField, answerField, "
+        "testSource, name; did you mean 'problemField'?"
     )
+    with pytest.raises(ConfigError) as refused:
+        job(net, dataset={**DATASET, "colour": 3})
+    assert str(refused.value) == (
+        "config 'dataset.colour' = 3 is not allowed: a field of dataset: source, problemField, answerField, "
+        "testSource, name"
+    )
+
+
+def test_a_model_with_surrounding_spaces_is_the_model_without_them(net):
+    assert job(net, model="  Qwen/Qwen2.5-Math-7B-Instruct ").model == "Qwen/Qwen2.5-Math-7B-Instruct"
+    assert job(net, model="   ").model == ""
+    # A refusal shows the value as it was given.
+    with pytest.raises(ConfigError, match=r"^config 'model' = ' not a model ' is not allowed: a Hugging Face model"):
+        job(net, model=" not a model ")
 
 
 def test_the_benchmark_refuses_a_model_or_a_dataset(infra_outputs):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -112,7 +111,7 @@ def case_id(case: Case) -> str:
 def test_the_train_step_resolves_with_nemo_rls_loader(infra, release, stack, changes, secret_keys):
     net = infra[release][stack]
     if secret_keys is not None:
-        net = replace(net, secret_keys=secret_keys)
+        net = net.model_copy(update={"secret_keys": secret_keys})
     job = build_job_settings(stack_values(stack, **changes), net)
     config = resolve(job, net)
 
@@ -217,7 +216,7 @@ def megatron_data_parallel_size(config: dict[str, Any]) -> int:
 def test_a_megatron_recipe_trains_with_its_megatron_sizes(infra, release, recipe, changes, sizes):
     """The performance recipes train with Megatron: the run keeps their backend and sizes (no DTensor override),
     and the batch check uses Megatron's data-parallel size, the one NeMo RL shards the batch over."""
-    net = replace(infra[release]["h200"], ray_worker_replicas=4)
+    net = infra[release]["h200"].model_copy(update={"ray_worker_replicas": 4})
     job = build_job_settings(stack_values("h200", recipe=recipe, **MEGATRON_RUN, **changes), net)
     assert (job.training_backend, job.training_parallel) == ("megatron", sizes)
     words = entry_args(job, net)
@@ -238,7 +237,7 @@ def test_a_megatron_recipe_trains_with_its_megatron_sizes(infra, release, recipe
 
 
 def test_megatron_recipe_settings_that_would_be_ignored_or_cannot_train_are_refused(infra):
-    net = replace(infra[RELEASES[0]]["h200"], ray_worker_replicas=4)
+    net = infra[RELEASES[0]]["h200"].model_copy(update={"ray_worker_replicas": 4})
     run = {"recipe": QWEN3_32B, **MEGATRON_RUN, "numNodes": 4, "generationNodes": 0, "vllmTensorParallelSize": 4}
     with pytest.raises(ConfigError, match=r"tensor_model_parallel_size \(4 in the recipe\)") as error:
         build_job_settings(stack_values("h200", **{**run, "dtensorTensorParallelSize": 4}), net)

@@ -82,8 +82,8 @@ def test_a_train_rerun_keeps_its_retry_budget_under_the_new_id(infra: InfraOutpu
         ({"train-sync": 1}, "rerun.train-sync", "eval-final"),  # a benchmark step: not one of this run
         ({"train": -1}, "rerun.train", "a whole number 0..999"),
         ({"train": 1000}, "rerun.train", "0..999"),
-        ({"train": True}, "rerun.train", "a whole number"),
-        ({"train": "once"}, "rerun.train", "a whole number"),
+        ({"train": True}, "rerun.train", "raise it by one"),
+        ({"train": "once"}, "rerun.train", "a whole number 0..999: raise it by one to run the step again"),
         (["train"], "rerun", "a map of step name to rerun number"),
     ],
 )
@@ -93,6 +93,18 @@ def test_a_bad_rerun_names_the_key_the_value_and_what_is_allowed(
     with pytest.raises(ConfigError) as caught:
         pipeline_steps(job_with(infra, rerun=rerun), infra)
     assert caught.value.key == key and fragment in str(caught.value)
+
+
+def test_a_rerun_that_is_no_number_is_refused_with_the_rerun_rule(infra: InfraOutputs) -> None:
+    """A flag or a word reads as the rerun's own rule, not a bare type error; text digits are a number."""
+    for given, shown in ((True, "True"), ("once", "'once'")):
+        with pytest.raises(ConfigError) as caught:
+            pipeline_steps(job_with(infra, rerun={"train": given}), infra)
+        assert str(caught.value) == (
+            f"config 'rerun.train' = {shown} is not allowed: a whole number 0..999: raise it by one to run the step "
+            "again"
+        )
+    assert job_with(infra, rerun={"train": "2"}).rerun == {"train": 2}
 
 
 def test_pulumi_up_warns_when_a_reader_of_a_rerun_step_is_not_rerun(infra: InfraOutputs) -> None:

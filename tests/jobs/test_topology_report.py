@@ -142,19 +142,21 @@ def test_the_submitter_may_get_nodes_and_nothing_more_cluster_wide():
 
 
 def test_the_gpu_workers_know_their_node_name():
+    from config_rules import validated
     from test_ray_values import make_refs
 
-    from infra.settings import build_settings
+    from infra.settings import InfraSettings
     from workloads import ray_values
 
-    settings = build_settings(
+    settings = validated(
+        InfraSettings,
         {
             "gcp:project": "p",
             "gcp:region": "europe-west1",
             "zone": "europe-west1-b",
             "gpuType": "nvidia-h200-141gb",
             "reservation": "r",
-        }
+        },
     )
     values = ray_values.build_ray_values(settings, make_refs())
     env = values["additionalWorkerGroups"][ray_values.WORKER_GROUP]["containerEnv"]
