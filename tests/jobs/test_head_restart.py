@@ -72,6 +72,14 @@ def _status(address: str, sid: str) -> str | None:
         return None
 
 
+def _start_ms(address: str, sid: str) -> float | None:
+    """When the head's job of this id was submitted (ms since the epoch), or None where it has none."""
+    try:
+        return _client(address).get_job_info(sid).start_time
+    except Exception:  # unknown id
+        return None
+
+
 def _session(address: str) -> str:
     return ray_api.probe_version(address)
 
@@ -134,11 +142,15 @@ def _restart_while_running(head: RayHead, submitters: list[Submitter]) -> None:
     try:
         for s in submitters:
             wait_for(functools.partial(_runs, head.address, s), 90, f"{s.sid} to run")
-        before = _session(head.address)
+        before, stopped_ms = _session(head.address), time.time() * 1000
         head.stop()
         head.start()
         assert _session(head.address) != before  # a new head: new session, empty job table
-        assert all(_status(head.address, s.sid) is None for s in submitters)
+        # The old jobs went with the old head. A submitter may already have submitted its step again (it retries as
+        # soon as the head answers): a job of its id now is one submitted after the stop.
+        for s in submitters:
+            resubmitted = _start_ms(head.address, s.sid)
+            assert resubmitted is None or resubmitted >= stopped_ms, f"{s.sid} outlived the head restart"
         for s, proc in zip(submitters, procs, strict=True):
             s.out, _ = proc.communicate(timeout=240)
             s.code = proc.returncode
