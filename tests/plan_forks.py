@@ -7,6 +7,7 @@ arguments given, its output in files, its exit status the plan's: what a test of
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -65,6 +66,10 @@ class PlanForks:
         )
 
     def close(self) -> None:
+        """End the server, and remove the plans' output files and the warm-up plan's folder."""
         if self.server.stdin:
             self.server.stdin.close()
-        self.server.wait(timeout=60)
+        try:
+            self.server.wait(timeout=60)
+        finally:
+            shutil.rmtree(self.scratch, ignore_errors=True)

@@ -24,7 +24,8 @@ TESTS = Path(__file__).resolve().parent
 def test_an_interrupted_run_stops_every_head_it_started(tmp_path: Path, interrupt: str) -> None:
     ready = tmp_path / "heads.json"
     # The run's output goes to a file, not a pipe nobody reads until the end (a full pipe would block the run).
-    output = (tmp_path / "run.log").open("w")
+    log = tmp_path / "run.log"
+    output = log.open("w")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "NEMORL_TESTS_SHARED"))}
     env[READY_ENV] = str(ready)
     # Ports of this run's nested share: no head of this run, nor the other interruption of this module, takes them.
@@ -37,7 +38,7 @@ def test_an_interrupted_run_stops_every_head_it_started(tmp_path: Path, interrup
     )  # fmt: skip
     try:
         wait_for(lambda: ready.exists() or run.poll() is not None, 300, "both heads of the interrupted run")
-        assert ready.exists(), (tmp_path / "run.log").read_text()
+        assert ready.exists(), log.read_text()
         heads = json.loads(ready.read_text())
         pids = set().union(*(_ray_processes(head["temp_dir"], head["gcs"]) for head in heads))
         assert len(heads) == 2 and pids
@@ -48,12 +49,12 @@ def test_an_interrupted_run_stops_every_head_it_started(tmp_path: Path, interrup
         try:
             run.wait(timeout=120)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"{interrupt}: the run did not end within 120 s\n{_hung_run(run.pid, tmp_path / 'run.log')}")
+            pytest.fail(f"{interrupt}: the run did not end within 120 s\n{_hung_run(run.pid, log)}")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
             time.sleep(0.2)
         left = sorted(pid for pid in pids if _alive(pid))
-        assert not left, f"{interrupt} left Ray processes running: {left}\n{(tmp_path / 'run.log').read_text()}"
+        assert not left, f"{interrupt} left Ray processes running: {left}\n{log.read_text()}"
         assert all(not Path(head["temp_dir"]).exists() for head in heads)
     finally:
         if run.poll() is None:
