@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import atexit
+import collections
 import copy
 import functools
+import inspect
 import json
 import logging
 import os
@@ -107,6 +109,40 @@ def _exit_without_teardown() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--count-real-heads",
+        action="store_true",
+        help="after collection, print how many tests use a real Ray head, by module (docs/development.md)",
+    )
+
+
+# What makes a test use a real Ray head: one of these fixtures, a parameter that picks the real head over the fake
+# Jobs API (test_jobs_api_contract's `head`, test_ray_submit's `either_api`), or a head it starts in its own body.
+REAL_HEAD_FIXTURES = {"ray_address", "ray_gcs_address", "ray_client_address", "v070_address", "restartable_head"}
+REAL_HEAD_PARAMS = ("real head", "ray-")
+REAL_HEAD_STARTS = ("RayHead(RAY_BIN)", "ray_head(RAY_BIN", "interrupted_heads")
+
+
+def uses_a_real_head(item: pytest.Item) -> bool:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if set(getattr(item, "fixturenames", ())) & REAL_HEAD_FIXTURES:
+        return True
+    if any(isinstance(value, str) and value.startswith(REAL_HEAD_PARAMS) for value in params.values()):
+        return True
+    function = getattr(item, "function", None)
+    return function is not None and any(start in inspect.getsource(function) for start in REAL_HEAD_STARTS)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not session.config.getoption("count_real_heads"):
+        return
+    modules = collections.Counter(_module(item.nodeid) for item in session.items if uses_a_real_head(item))
+    print(f"\ntests that use a real Ray head: {sum(modules.values())} of {len(session.items)}")
+    for module, count in modules.most_common():
+        print(f"{count:5d} {module}")
 
 
 def pytest_configure(config: pytest.Config) -> None:

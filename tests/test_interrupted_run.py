@@ -4,6 +4,7 @@ heads its workers started (tests/ray_head.py _stop_heads_and_die; pytest's own t
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -35,6 +36,7 @@ def test_an_interrupted_run_stops_every_head_it_started(tmp_path: Path, interrup
          str(TESTS / "interrupted_heads.py")],
         cwd=TESTS.parent, env=env, stdout=output, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,  # its own process group, as `make test` in a terminal has
+        preexec_fn=_as_in_a_terminal,
     )  # fmt: skip
     try:
         wait_for(lambda: ready.exists() or run.poll() is not None, 300, "both heads of the interrupted run")
@@ -61,6 +63,18 @@ def test_an_interrupted_run_stops_every_head_it_started(tmp_path: Path, interrup
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()
         output.close()
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _as_in_a_terminal() -> None:
+    """In the nested run before it starts: Ctrl-C's default action, as in a terminal (a `make test` started in the
+    background by a non-interactive shell ignores SIGINT, and its children inherit that: the nested run then slept
+    through its Ctrl-C), and SIGTERM when this test's process dies (a SIGTERM of the outer run ends this worker
+    without the `finally` below, which would leave the nested run and its heads behind)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _hung_run(session: int, log: Path) -> str:
