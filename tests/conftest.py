@@ -48,8 +48,8 @@ RUN_WITH = {
 }
 # The modules that take longest (mostly waiting on real Ray heads; pytest --durations), longest first, handed out
 # before the rest so that no worker starts one of them near the end; every other module keeps its collection order
-# after them. The worker wait leads: over a minute of one worker's time is spent waiting out its deadlines, which the
-# others fill with work. The spread modules' tests come last of these: each is short, and they fill the gaps.
+# after them. The worker wait leads: its tests mostly wait on a real head and on Ray Client connections, which
+# the others fill with work. The spread modules' tests come last of these: each is short, and they fill the gaps.
 SLOW_MODULES = (
     "tests/jobs/test_wait_for_workers.py",
     "tests/jobs/test_ray_2_55_1.py",

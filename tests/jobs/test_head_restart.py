@@ -99,7 +99,11 @@ def _start(args: list[str]) -> subprocess.Popen[str]:
 
 
 def _run(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=_env(), check=False)
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=_env(), check=False)
+    except subprocess.TimeoutExpired as exc:  # pytest's report cuts the output short: all of it, to see where it hung
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        pytest.fail(f"the submitter did not end within {timeout:g} s; all it printed:\n{out}")
 
 
 def _last_line(text: str) -> str:
