@@ -74,7 +74,8 @@ def _as_in_a_terminal() -> None:
     through its Ctrl-C), and SIGTERM when this test's process dies (a SIGTERM of the outer run ends this worker
     without the `finally` below, which would leave the nested run and its heads behind)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
 
 
 def _hung_run(session: int, log: Path) -> str:
