@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -43,6 +46,8 @@ _MESSAGES = {
 }
 # Ray's job supervisor: SIGTERM, then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S (3 s by default); it polls every 0.1 s.
 STOP_WAIT_S = 3.0
+# How long a call into the fake's thread (a start or a stop) may take before the test fails with what it was doing.
+CALL_TIMEOUT_S = 60.0
 # The line a head's job manager opens every job's log with.
 RUNTIME_ENV_LINE = "Runtime env is setting up."
 POLL_S = 0.1
@@ -65,7 +70,7 @@ class _Job:
     driver_exit_code: int | None = None
     started: bool = False
     stop_requested: bool = False
-    process: asyncio.subprocess.Process | None = None
+    process: subprocess.Popen[bytes] | None = None
 
     def details(self) -> dict[str, Any]:
         return {
@@ -150,7 +155,16 @@ class FakeJobsApi:
         self._logs.rmdir()
 
     def _call(self, coroutine: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=60)
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result(timeout=CALL_TIMEOUT_S)
+        except TimeoutError:  # say where the fake's thread is: a hang here is otherwise a bare TimeoutError
+            stacks = io.StringIO()
+            for task in asyncio.all_tasks(self._loop):
+                task.print_stack(file=stacks)
+            print(f"fake_ray_jobs: a call timed out after {CALL_TIMEOUT_S:g} s; its tasks:\n{stacks.getvalue()}",
+                  file=sys.stderr)  # fmt: skip
+            raise
 
     async def _serve(self) -> None:
         self.session_name = f"session_fake_{uuid.uuid4().hex[:8]}"
@@ -167,7 +181,8 @@ class FakeJobsApi:
                 web.get("/api/jobs/{id}/logs/tail", self._tail),
             ]
         )
-        self._runner = web.AppRunner(app)
+        # A head that dies drops its connections at once: no wait for a handler (a log tail) to finish.
+        self._runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True).start()
         self._scheduler = asyncio.create_task(self._schedule())
@@ -176,10 +191,10 @@ class FakeJobsApi:
         if self._scheduler:
             self._scheduler.cancel()
         for job in self._jobs.values():
-            if job.process and job.process.returncode is None:
+            if job.process and job.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(job.process.pid, signal.SIGKILL)
-                await job.process.wait()
+                job.process.wait(timeout=10)
         self._jobs.clear()
         if self._runner:
             await self._runner.cleanup()
@@ -196,35 +211,37 @@ class FakeJobsApi:
         return free
 
     async def _schedule(self) -> None:
+        """Every POLL_S: end the jobs whose entrypoint exited, then start the queued ones that fit, in order."""
         while True:
             now = time.time()
+            for job in list(self._jobs.values()):
+                if job.status == "RUNNING" and job.process and (code := job.process.poll()) is not None:
+                    self._exited(job, code)
             for job in sorted(self._jobs.values(), key=lambda job: job.start_time):
                 if job.status != "PENDING":
                     continue
                 free = self._free()
                 if all(free.get(name, 0.0) >= amount for name, amount in job.resources.items()):
-                    await self._run(job)
+                    self._run(job)
                     if job.stop_requested and job.process:  # a stop given while queued: at its turn, as Ray does
                         self._background(self._terminate(job.process))
                 elif now - job.start_time / 1000 > self.start_timeout_s:
                     self._end(job, "FAILED", message=_start_timeout_message(self.start_timeout_s))
             await asyncio.sleep(POLL_S)
 
-    async def _run(self, job: _Job) -> None:
+    def _run(self, job: _Job) -> None:
         env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
         env.update({str(k): str(v) for k, v in (job.runtime_env.get("env_vars") or {}).items()})
         env["PYTHONUNBUFFERED"] = "1"
+        # Polled by the scheduler, as Ray's supervisor polls its entrypoint: no child watcher (asyncio's runs a
+        # thread per child) between the process's exit and the job's status.
         with job.log.open("ab") as log:
-            job.process = await asyncio.create_subprocess_shell(
-                job.entrypoint, stdout=log, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True
+            job.process = subprocess.Popen(
+                job.entrypoint, shell=True, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         job.started, job.status = True, "RUNNING"
-        self._background(self._wait(job, job.process))
 
-    async def _wait(self, job: _Job, process: asyncio.subprocess.Process) -> None:
-        code = await process.wait()
-        if job.status in TERMINAL or self._jobs.get(job.submission_id) is not job:
-            return
+    def _exited(self, job: _Job, code: int) -> None:
         if job.stop_requested:
             self._end(job, "STOPPED")
         elif code == 0:
@@ -249,12 +266,13 @@ class FakeJobsApi:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _terminate(self, process: asyncio.subprocess.Process) -> None:
+    async def _terminate(self, process: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), STOP_WAIT_S)
-        except TimeoutError:
+        deadline = time.monotonic() + STOP_WAIT_S
+        while process.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_S)
+        if process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
 
