@@ -591,7 +591,8 @@ class RayHead:
         env["RAY_prestart_worker_first_driver"] = "0"
         # What an idle head does on a timer, which no test reads: the agent's node stats (reporter) and its check that
         # the raylet lives (every 0.4 s), the metrics, the dashboard's stats refresh and its GCS check (the tests stop
-        # every process of a head by pid). Once a minute instead: an idle 2.49.2 head measured 3.6 CPU-seconds a minute with Ray's defaults, 2.7 with these.
+        # every process of a head by pid). Once a minute instead: an idle 2.49.2 head measured 3.6 CPU-seconds a
+        # minute with Ray's defaults, 2.7 with these.
         env.update(IDLE_HEAD_TIMERS)
         for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
             env.pop(name, None)
