@@ -75,6 +75,8 @@ IDLE_HEAD_TIMERS = {
     "RAY_DASHBOARD_AGENT_CHECK_PARENT_INTERVAL_S": "60",
     "RAY_enable_metrics_collection": "0",
 }
+# How many times stop() kills what it finds of a head before it says what is left.
+STOP_ROUNDS = 3
 # A first start that finds a port taken, or misses Ray's start-up window, is started again on fresh ports this often.
 START_ATTEMPTS = 4
 # What `ray start` says when a process it waits for missed Ray's fixed window: the raylet registering with the GCS
@@ -665,9 +667,14 @@ class RayHead:
         assert not _wide_listeners(_ray_processes(self.temp_dir, self.gcs_address)), "Ray must listen on 127.0.0.1 only"
 
     def stop(self) -> None:
-        """Kill every process of this head (by process id, never `ray stop`, which would stop every head)."""
-        _kill_all(_ray_processes(self.temp_dir, self.gcs_address))
-        left = {p for p in _ray_processes(self.temp_dir, self.gcs_address) if _alive(p)}
+        """Kill every process of this head (by process id, never `ray stop`, which would stop every head), again for
+        any that one started while the others were being killed (a head whose start failed is still starting some)."""
+        left: set[int] = set()
+        for _ in range(STOP_ROUNDS):
+            _kill_all(_ray_processes(self.temp_dir, self.gcs_address))
+            left = {p for p in _ray_processes(self.temp_dir, self.gcs_address) if _alive(p)}
+            if not left:
+                return
         assert not left, f"Ray processes left running: {sorted(left)}"
 
     def close(self) -> None:

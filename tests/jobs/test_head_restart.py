@@ -328,11 +328,12 @@ def test_two_submitters_of_one_run_never_run_train_at_once(fake_head: FakeJobsAp
     most_running = [0]
     watching = threading.Event()
 
-    def watch() -> None:
+    def watch() -> None:  # the fake head's own job table: no request that a restart could leave hanging
         while not watching.is_set():
-            running = sum(_status(head.address, a) == "RUNNING" for a in attempts)
+            statuses = head.statuses()
+            running = sum(statuses.get(a) == "RUNNING" for a in attempts)
             most_running[0] = max(most_running[0], running)
-            time.sleep(0.2)
+            time.sleep(0.05)
 
     first = _start(args)
     second: subprocess.Popen[str] | None = None
