@@ -472,7 +472,7 @@ def _stop_heads_and_die(signum: int, _frame: object) -> None:
             os.kill(pid, signum)
     for head in list(_LIVE_HEADS):
         with contextlib.suppress(Exception):
-            _kill_all(_ray_processes(head.temp_dir, head.gcs_address))
+            head.stop()
         shutil.rmtree(head.temp_dir, ignore_errors=True)
     deadline = time.monotonic() + WORKERS_STOP_S
     while time.monotonic() < deadline and any(_alive(pid) for pid in children):
@@ -668,7 +668,7 @@ class RayHead:
 
     def stop(self) -> None:
         """Kill every process of this head (by process id, never `ray stop`, which would stop every head), again for
-        any that one started while the others were being killed (a head whose start failed is still starting some)."""
+        any that one started while the others were being killed (a failed start may still be starting some)."""
         left: set[int] = set()
         for _ in range(STOP_ROUNDS):
             _kill_all(_ray_processes(self.temp_dir, self.gcs_address))
