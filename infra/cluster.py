@@ -18,7 +18,7 @@ from infra.gke_rules import (
 from infra.iam import grant_project_roles
 from infra.network import POD_RANGE_NAME, SERVICE_RANGE_NAME, Networks
 from infra.services import ProjectServices
-from infra.settings import InfraSettings
+from infra.settings import ClusterSettings
 
 # What a node needs and nothing more: write logs and metrics, read its own metadata, pull images.
 NODE_ROLES = (
@@ -41,7 +41,7 @@ SHIELDED_NODE = {"enable_secure_boot": True, "enable_integrity_monitoring": True
 
 @dataclass(frozen=True)
 class ClusterArgs:
-    settings: InfraSettings
+    settings: ClusterSettings
     networks: Networks
     services: ProjectServices
     protect: bool = False  # Pulumi's protect on the cluster (protectCompute, infra.day2.compute_locks)

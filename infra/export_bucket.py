@@ -8,12 +8,12 @@ import pulumi
 import pulumi_gcp as gcp
 
 from infra.services import ProjectServices
-from infra.settings import InfraSettings
+from infra.settings import StorageSettings
 
 
 @dataclass(frozen=True)
 class ExportBucketArgs:
-    settings: InfraSettings
+    settings: StorageSettings
     services: ProjectServices
 
 

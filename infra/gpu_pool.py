@@ -11,7 +11,7 @@ from infra.cluster import AUTOSCALED_FIELDS, CLOUD_PLATFORM_SCOPE, SHIELDED_NODE
 from infra.gke_rules import IMAGE_CACHE_DISK_MODE, flex_start_violations
 from infra.network import Networks
 from infra.scale import compact_placement
-from infra.settings import InfraSettings
+from infra.settings import GpuPoolSettings
 
 GPU_POOL_NAME = "gpu-pool"
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
@@ -19,13 +19,13 @@ RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 
 @dataclass(frozen=True)
 class GpuNodePoolArgs:
-    settings: InfraSettings
+    settings: GpuPoolSettings
     cluster: GkeCluster
     networks: Networks
     protect: bool = False  # Pulumi's protect on the pool (protectCompute, infra.day2.compute_locks)
 
 
-def nodes_at_creation(settings: InfraSettings) -> int:
+def nodes_at_creation(settings: GpuPoolSettings) -> int:
     """GPU nodes the pool starts with. A reservation bills its nodes whether they run or not, so without the Ray
     autoscaler the pool is created with the nodes the Ray cluster holds anyway: they boot (and pull the image, see
     workloads/image_prepull.py) while Managed Lustre is still being created, instead of after the Ray cluster asks

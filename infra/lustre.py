@@ -9,14 +9,14 @@ import pulumi
 import pulumi_gcp as gcp
 
 from infra.services import ProjectServices
-from infra.settings import InfraSettings
+from infra.settings import StorageSettings
 
 LUSTRE_PREVENT_DELETION = "PREVENT"
 
 
 @dataclass(frozen=True)
 class LustreArgs:
-    settings: InfraSettings
+    settings: StorageSettings
     network_id: pulumi.Input[str]  # the cluster VPC, as projects/{p}/global/networks/{n}
     services: ProjectServices
 

@@ -9,7 +9,7 @@ import pulumi_gcp as gcp
 
 from infra.network import Networks
 from infra.services import ProjectServices
-from infra.settings import InfraSettings
+from infra.settings import SiteSettings
 
 # Private nodes have no external IP, yet pull the NeMo RL image from nvcr.io and models and datasets from Hugging
 # Face. Google APIs need no NAT (the cluster subnet has Private Google Access). The gVNIC and RDMA VPCs carry only
@@ -19,7 +19,7 @@ NAT_SOURCE_RANGES = ["ALL_IP_RANGES"]  # the subnet's primary (node) range and i
 
 @dataclass(frozen=True)
 class ClusterEgressArgs:
-    settings: InfraSettings
+    settings: SiteSettings
     networks: Networks
     services: ProjectServices
 

@@ -9,7 +9,7 @@ import pulumi_gcp as gcp
 
 from infra.gke_rules import GVNIC_MTU
 from infra.services import ProjectServices
-from infra.settings import InfraSettings
+from infra.settings import NetworkSettings
 
 POD_RANGE_NAME = "pods"
 SERVICE_RANGE_NAME = "services"
@@ -21,7 +21,7 @@ CLUSTER_MTU = 8896
 
 @dataclass(frozen=True)
 class NetworksArgs:
-    settings: InfraSettings  # its zone: the RoCE network profile is zonal, it pins the RDMA VPC to the GPU zone
+    settings: NetworkSettings  # its zone: the RoCE network profile is zonal, it pins the RDMA VPC to the GPU zone
     services: ProjectServices
 
 

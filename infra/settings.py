@@ -244,7 +244,9 @@ def check_fits(
         )
 
 
-class InfraSettings(Settings):
+class SiteSettings(Settings):
+    """Where the stack is and what it is named after: every component reads these."""
+
     project: Annotated[Text, Field(min_length=1, alias="gcp:project"), Required("the GCP project id")]
     """GCP project id."""
     region: Annotated[
@@ -256,26 +258,6 @@ class InfraSettings(Settings):
     zone: Text
     """Zone of the GPU nodes, the CPU pool (so the Ray head), and Lustre; must be inside `gcp:region` and offer the GPU
     machine type and Managed Lustre (see [Zones](#zones)). Use your reservation's zone."""
-    gpu_type: Annotated[
-        GpuType,
-        Field(alias="gpuType"),
-        Allowed(f"one of {sorted(GPU_PRESETS)}"),
-        Required(f"one of {sorted(GPU_PRESETS)}"),
-    ]
-    """`nvidia-h200-141gb` (A3 Ultra) or `nvidia-b200` (A4). Everything else about the machine follows from it (see [GPU
-    presets](design.md#gpu-presets))."""
-    gpu_provisioning: Literal["reservation", "spot", "flexStart"] = Field("reservation", alias="gpuProvisioning")
-    """`reservation`, `spot` or `flexStart`. A flex-start pool has auto-repair off, reservation affinity
-    `NO_RESERVATION`, no spot and a minimum of 0 nodes, as GKE requires (Cluster Toolkit's preconditions, checked
-    before the pool is registered)."""
-    reservation: Annotated[Text | None, BeforeValidator(_empty_is_none), _RECORDED_EMPTY] = None
-    """Reservation name; required with `reservation`, must be unset with `spot`/`flexStart`."""
-    gpu_nodes: WholeNumber = Field(2, alias="gpuNodes", ge=1)
-    """Most GPU nodes the pool scales to (8 GPUs each); at least 1. The pool starts at zero, except with `reservation`
-    and no `rayAutoscaling`: it is then created with (and keeps at least) the `rayWorkerReplicas` nodes the Ray
-    cluster holds, which the reservation bills anyway, so they boot while Lustre is created."""
-    ray_worker_replicas: WholeNumber = Field(0, alias="rayWorkerReplicas")
-    """Ray GPU workers, one per node, 1..`gpuNodes`; `0` means `gpuNodes`."""
     cluster_name: Annotated[
         Text,
         Field(alias="clusterName", pattern=r"^[a-z][a-z0-9-]{0,22}[a-z0-9]$"),
@@ -286,6 +268,51 @@ class InfraSettings(Settings):
     ] = "nemo-rl"
     """GKE cluster name and prefix of every other name: 2–24 characters, lowercase letter first, then lowercase letters,
     digits, hyphens, ending in a letter or digit."""
+    # Keys of DERIVED_FROM the user left unset, whose value the program derived.
+    _derived: frozenset[str] = PrivateAttr(frozenset())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _zone_is_set(cls, values: Any) -> Any:
+        # Before the fields: the rule names the zone of the region given.
+        region = values.get("gcp:region") if isinstance(values, dict) else None
+        if region and values.get("gcp:project") and not values.get("zone"):
+            raise ConfigError(
+                "zone",
+                values.get("zone"),
+                f"required: the zone of the GPU nodes and Lustre, inside gcp:region, e.g. {region}-b "
+                "(pulumi config set zone ...)",
+            )
+        return values
+
+    @model_validator(mode="after")
+    def _zone_in_region(self) -> SiteSettings:
+        region, zone = self.region, self.zone
+        zone_match = re.match(_ZONE_RE, zone)
+        if not zone_match or zone_match.group(1) != region:
+            raise ConfigError("zone", zone, f"a zone inside gcp:region {region!r}, such as {region}-b")
+        return self
+
+    def _derive(self, field: str, value: Any) -> None:
+        """Fill in a key of DERIVED_FROM that the user left unset; frozen for everyone else."""
+        self._derived |= {type(self).model_fields[field].alias or field}
+        object.__setattr__(self, field, value)
+
+    @property
+    def derived_keys(self) -> tuple[str, ...]:
+        return tuple(key for key in DERIVED_FROM if key in self._derived)
+
+
+class NetworkSettings(SiteSettings):
+    """The three VPCs and their subnets (infra/network.py)."""
+
+    ranges: NetworkRanges = Field(default_factory=lambda: NetworkRanges.model_validate({}), alias="networkRanges")
+    """Object."""
+
+
+class ClusterSettings(SiteSettings):
+    """The GKE cluster, its control plane and its CPU node pool (infra/cluster.py)."""
+
     gke_version: Annotated[
         Text,
         Field(alias="gkeVersion", pattern=gke_rules.GKE_VERSION_RE.pattern),
@@ -323,15 +350,6 @@ class InfraSettings(Settings):
     """Maintenance exclusion kept until the end of the minor's support: `NO_MINOR_OR_NODE_UPGRADES` (GKE never drains a
     GPU node for an upgrade mid-run, as Cluster Toolkit's A3 Ultra/A4 blueprints do; upgrade between runs yourself),
     `NO_MINOR_UPGRADES`, or `none`."""
-    max_run_hours: Annotated[
-        Annotated[WholeNumber, Field(ge=1, le=gke_rules.FLEX_START_MAX_RUN_HOURS)] | None,
-        BeforeValidator(lambda value: None if str(value).strip() == "0" else value),
-        Field(alias="maxRunHours", validate_default=True),
-        Allowed(f"0 (not set), or 1..{gke_rules.FLEX_START_MAX_RUN_HOURS} with gpuProvisioning flexStart"),
-        _RECORDED_ZERO,
-    ] = 0
-    """Only with `flexStart`: hours after which GKE deletes a GPU node, 1–168; `0` leaves flex-start's own limit of 7
-    days."""
     cpu_machine_type: Annotated[
         CpuMachineType, Field(alias="cpuMachineType"), Allowed(f"one of {sorted(CPU_MACHINES)}")
     ] = "n2-highmem-80"
@@ -343,13 +361,6 @@ class InfraSettings(Settings):
     """At least 1: the Ray head and system pods live there."""
     cpu_pool_max_nodes: WholeNumber = Field(5, alias="cpuPoolMaxNodes")
     """At least `cpuPoolMinNodes`."""
-    protect_data: Flag = Field(True, alias="protectData")
-    """Protect the Lustre instance from `pulumi destroy`."""
-    protect_compute: Flag = Field(True, alias="protectCompute")
-    """Pulumi `protect` on the cluster and the GPU pool: the engine stops before deleting or replacing either, also for
-    a replacement the [day-2 guard](operations.md#changing-a-deployed-stack) did not foresee (a new program or
-    provider version). A key in `allowReplace` that replaces them lifts it for that `pulumi up`; before `pulumi
-    destroy`: `pulumi config set protectCompute false && pulumi up`."""
     deletion_protection: Flag = Field(False, alias="deletionProtection")
     """GKE deletion protection (see [Tear down in detail](operations.md#tear-down-in-detail))."""
     private_nodes: Flag = Field(True, alias="privateNodes")
@@ -369,153 +380,6 @@ class InfraSettings(Settings):
     `projects/P/locations/REGION/keyRings/R/cryptoKeys/K` in `gcp:region`, that encrypts Kubernetes Secrets at the
     application layer; the stack grants GKE's service agent `roles/cloudkms.cryptoKeyEncrypterDecrypter` on it (see
     [Cluster security](security.md#cluster-security))."""
-    namespace: Annotated[
-        Text, Field(pattern=_DNS_LABEL), Allowed("a Kubernetes namespace name (DNS label: a-z, 0-9, '-', 1-63)")
-    ] = "nemo-rl"
-    """Namespace of the Ray cluster, claim, Secrets and service accounts (and of the job stack's Job). Created by the
-    stack with Pod Security Admission labels (see [Security](security.md#security)); a built-in one (`default`,
-    `kube-system`, `kube-public`) is used as it is, without them."""
-    kubernetes_service_account: Annotated[
-        Text,
-        Field(alias="kubernetesServiceAccount", pattern=_DNS_LABEL),
-        Allowed("a DNS label: a-z, 0-9, '-', 1-63 characters"),
-    ] = "generic-ksa"
-    """Kubernetes service account of the Ray head, bound to the GSA `PREFIX-ray`; its token is mounted only into
-    KubeRay's autoscaler container. The GPU workers get their own, `PREFIX-ray-worker` (no Kubernetes token, same
-    GSA), which this key may not name."""
-    nemo_rl_image: Text = Field(DEFAULT_IMAGE, alias="nemoRlImage")
-    """NeMo RL image; must have a pinned tag (`:latest` is refused), and may be pinned by digest too:
-    `nvcr.io/nvidia/nemo-rl:v0.5.0@sha256:<64 hex digits>` (the Ray pods and the submitter then run exactly that
-    image). Its tag selects the release (see [NeMo RL versions](#nemo-rl-versions)); a mirror keeps working as long
-    as it keeps the tag."""
-    ray_version: Text = Field("", alias="rayVersion")
-    """Ray version inside the image; empty means the release's (`2.49.2` for `v0.5.0`, `2.55.1` for `v0.7.0`), and any
-    other value is refused for those tags. Required for an image whose tag is no known release (the job stack then
-    refuses to build a pipeline for it)."""
-    shm_size: Annotated[
-        MemoryQuantity, Field(alias="shmSize"), Allowed("a Kubernetes memory quantity such as 240Gi")
-    ] = "240Gi"
-    """Memory-backed `/dev/shm` of each GPU worker; more than 0 and less than `rayWorker.memory`."""
-    ray_autoscaling: Annotated[
-        Flag | None,
-        BeforeValidator(_empty_is_none),
-        Field(alias="rayAutoscaling"),
-        Shown("`true` for spot and flexStart, `false` for reservation"),
-    ] = None
-    """KubeRay's in-tree autoscaler: the GPU worker group runs 0..`rayWorkerReplicas` workers and releases idle ones.
-    Its container (500m CPU, 512Mi) runs beside the head and must fit `cpuMachineType` with it. Empty (the declared
-    default) means by `gpuProvisioning`."""
-    idle_timeout_seconds: Annotated[
-        WholeNumber, Field(alias="rayIdleTimeoutSeconds", ge=60, le=86_400), Allowed("60..86400 seconds")
-    ] = 600  # GPU nodes take minutes to come back: not KubeRay's 60 s (the shortest allowed)
-    """With `rayAutoscaling`: seconds a GPU worker may sit idle before it is released; 60..86400."""
-    tensorboard: Flag = True
-    """Serve every run's TensorBoard event files from Lustre (read-only) with one TensorBoard on the CPU pool, reached
-    through the `tensorboardPortForward` output."""
-    export_bucket: Annotated[
-        Text,
-        # A Cloud Storage bucket name without dots (dotted names need domain verification), not Google's "goog".
-        Field(
-            alias="exportBucket", pattern=rf"^(?:|{EXPORT_BUCKET_CREATE}|(?!goog)[a-z0-9][a-z0-9_-]{{1,61}}[a-z0-9])$"
-        ),
-        Allowed(
-            f"'' (no export), '{EXPORT_BUCKET_CREATE}' (a new bucket PROJECT-CLUSTER-models), or an existing bucket's "
-            "name: 3-63 lowercase letters, digits, '-' or '_', starting and ending with a letter or digit"
-        ),
-    ] = ""
-    """Where trained models are copied (see [Getting the model out](operations.md#getting-the-model-out)): `""` nowhere,
-    `create` a new bucket `<project>-<clusterName>-models` (uniform access, protected with `protectData`), or an
-    existing bucket's name (3-63 lowercase letters, digits, `-`, `_`; give it uniform bucket-level access)."""
-    image_cache_disk: Annotated[
-        Text,
-        Field(alias="imageCacheDisk", pattern=rf"^$|{_DISK_IMAGE_RE}"),
-        Allowed(
-            "'' (none), a disk image name in the stack's project, or projects/PROJECT/global/images/NAME: a disk image "
-            "built with gke-disk-image-builder that holds nemoRlImage (docs/design.md, Faster start-up)"
-        ),
-    ] = ""
-    """Empty: none. A disk image holding `nemoRlImage` (its name in the stack's project, or
-    `projects/PROJECT/global/images/NAME`), built with gke-disk-image-builder (see [Faster
-    start-up](design.md#faster-start-up)): GPU nodes get it as a secondary boot disk in `CONTAINER_IMAGE_CACHE` mode
-    with image streaming (`gcfs_config`) on, so a new node (autoscaled, or after a preemption) starts the image
-    without pulling it. Needs GKE 1.28.3-gke.1067000 or later (`infra/gke_rules.py`). Changing it recreates the GPU
-    pool's nodes: change it between runs."""
-    gpu_node_hourly_price: Annotated[
-        Annotated[float, Field(gt=0, allow_inf_nan=False)] | None,
-        BeforeValidator(_price_text),
-        Field(alias="gpuNodeHourlyPrice"),
-        Allowed(
-            "a positive number of US dollars per GPU node-hour, such as 61.50 (your committed-use or negotiated "
-            "rate), or empty for the price table's rate"
-        ),
-        _RECORDED_ZERO,
-    ] = None
-    """Your own rate in US dollars per GPU node-hour (a committed-use or negotiated price), a positive number such as
-    `61.50`; empty means the price table's list rate. It replaces the table's rate (for a reservation, the range from
-    the largest published discount to the on-demand list rate) for the GPU nodes in `estimatedCost` and the job
-    stack's `estimatedRun`, and the plan says the figure is yours."""
-    lustre: LustreSettings = Field(default_factory=lambda: LustreSettings.model_validate({}))
-    """Object."""
-    ranges: NetworkRanges = Field(default_factory=lambda: NetworkRanges.model_validate({}), alias="networkRanges")
-    """Object."""
-    ray_head: Annotated[RayHead, _POD_OBJECT, Shown('`{cpu: "64", memory: 500G}`')] = Field(
-        default_factory=lambda: RayHead.model_validate({}), alias="rayHead"
-    )
-    """Object: the head's CPU and memory (requests = limits). Must fit `cpuMachineType` after GKE's reservations, a
-    DaemonSet allowance and the log sidecar."""
-    ray_worker: Annotated[RayWorker, _POD_OBJECT, Shown('`{cpu: "206", memory: 2400Gi}`')] = Field(
-        default_factory=lambda: RayWorker.model_validate({}), alias="rayWorker"
-    )
-    """Object: each GPU worker's CPU and memory (plus all 8 GPUs). Must fit the GPU machine the same way."""
-    allow_replace: Annotated[
-        tuple[Text, ...],
-        BeforeValidator(lambda value: () if value == "" else value),
-        Field(alias=ALLOW_REPLACE_KEY),
-        Allowed(f"a list of key names, set with: pulumi config set --path '{ALLOW_REPLACE_KEY}[0]' zone"),
-    ] = ()
-    """List of keys whose change you accept to replace what it replaces, e.g. `pulumi config set --path
-    'allowReplace[0]' zone`; see [Changing a deployed stack](operations.md#changing-a-deployed-stack). Names outside
-    that table's replacing keys are refused."""
-    # Keys of DERIVED_FROM the user left unset, whose value the program derived.
-    _derived_keys: tuple[str, ...] = PrivateAttr(())
-    # What infra/zone_table.json cannot say about the zone (a region it has not read): warned, not refused.
-    _zone_notes: tuple[str, ...] = PrivateAttr(())
-
-    @model_validator(mode="before")
-    @classmethod
-    def _zone_is_set(cls, values: Any) -> Any:
-        # Before the fields: the rule names the zone of the region given.
-        region = values.get("gcp:region") if isinstance(values, dict) else None
-        if region and values.get("gcp:project") and not values.get("zone"):
-            raise ConfigError(
-                "zone",
-                values.get("zone"),
-                f"required: the zone of the GPU nodes and Lustre, inside gcp:region, e.g. {region}-b "
-                "(pulumi config set zone ...)",
-            )
-        return values
-
-    @field_validator("nemo_rl_image")
-    @classmethod
-    def _pinned(cls, image: str) -> str:
-        """`repository:tag` or `repository:tag@sha256:<64 hex>`: the tag names the NeMo RL release, a digest pins
-        the exact image (what the registry serves for the tag may change; the digest cannot)."""
-        named, at, digest = image.partition("@")
-        if at and not re.match(_DIGEST_RE, digest):
-            raise ConfigError(
-                "nemoRlImage",
-                image,
-                f"a digest of the form sha256: and 64 lowercase hex digits after '@', e.g. {DEFAULT_IMAGE}@sha256:"
-                f"{'0' * 64} (as `docker buildx imagetools inspect` or the registry prints it)",
-            )
-        if not re.match(_IMAGE_RE, named) or named.endswith(":latest"):
-            raise ConfigError(
-                "nemoRlImage",
-                image,
-                f"an image reference with a pinned tag, e.g. {DEFAULT_IMAGE}, optionally pinned further by digest "
-                f"({DEFAULT_IMAGE}@sha256:<64 hex digits>)",
-            )
-        return image
 
     @field_validator("authorized_networks", mode="before")
     @classmethod
@@ -554,29 +418,102 @@ class InfraSettings(Settings):
             seen[network] = n
         return cidrs
 
-    @field_validator("allow_replace")
-    @classmethod
-    def _replaceable(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
-        """The keys a user lets replace what they replace: `pulumi config set --path 'allowReplace[0]' zone`."""
-        for key in keys:
-            if key not in REPLACEABLE_KEYS:
-                effect = EFFECTS_BY_KEY.get(key)
-                why = f"{key} is refused even when listed ({effect.what}); " if effect and effect.guarded else ""
-                raise ConfigError(
-                    f"{ALLOW_REPLACE_KEY}[{keys.index(key)}]", key, f"{why}one of {', '.join(REPLACEABLE_KEYS)}"
-                )
-        return tuple(dict.fromkeys(keys))
+    @model_validator(mode="after")
+    def _cluster(self) -> ClusterSettings:
+        if self.cpu_pool_max_nodes < self.cpu_pool_min_nodes:
+            raise ConfigError(
+                "cpuPoolMaxNodes", self.cpu_pool_max_nodes, f"at least cpuPoolMinNodes ({self.cpu_pool_min_nodes})"
+            )
+        key_name, region = self.database_encryption_key, self.region
+        if not key_name:
+            return self
+        match = gke_rules.KMS_KEY_RE.match(key_name)
+        if not match:
+            raise ConfigError(
+                "databaseEncryptionKey",
+                key_name,
+                "'' (GKE's default encryption), or a Cloud KMS key's resource name: "
+                f"projects/PROJECT/locations/{region}/keyRings/RING/cryptoKeys/KEY",
+            )
+        if match.group(2) != region:
+            raise ConfigError(
+                "databaseEncryptionKey",
+                key_name,
+                f"a key in the cluster's region: locations/{region} (GKE requires the key in the cluster's location), "
+                f"not locations/{match.group(2)}",
+            )
+        return self
+
+    @property
+    def gke_minor(self) -> str:
+        """Kubernetes minor version the cluster targets, e.g. '1.33'."""
+        return ".".join(self.gke_version.split(".")[:2])
+
+
+class GpuPoolSettings(SiteSettings):
+    """The GPU node pool (infra/gpu_pool.py): its machine, how it is bought, and how many nodes it holds, which
+    follows the Ray workers it runs, one per node."""
+
+    gpu_type: Annotated[
+        GpuType,
+        Field(alias="gpuType"),
+        Allowed(f"one of {sorted(GPU_PRESETS)}"),
+        Required(f"one of {sorted(GPU_PRESETS)}"),
+    ]
+    """`nvidia-h200-141gb` (A3 Ultra) or `nvidia-b200` (A4). Everything else about the machine follows from it (see [GPU
+    presets](design.md#gpu-presets))."""
+    gpu_provisioning: Literal["reservation", "spot", "flexStart"] = Field("reservation", alias="gpuProvisioning")
+    """`reservation`, `spot` or `flexStart`. A flex-start pool has auto-repair off, reservation affinity
+    `NO_RESERVATION`, no spot and a minimum of 0 nodes, as GKE requires (Cluster Toolkit's preconditions, checked
+    before the pool is registered)."""
+    reservation: Annotated[Text | None, BeforeValidator(_empty_is_none), _RECORDED_EMPTY] = None
+    """Reservation name; required with `reservation`, must be unset with `spot`/`flexStart`."""
+    gpu_nodes: WholeNumber = Field(2, alias="gpuNodes", ge=1)
+    """Most GPU nodes the pool scales to (8 GPUs each); at least 1. The pool starts at zero, except with `reservation`
+    and no `rayAutoscaling`: it is then created with (and keeps at least) the `rayWorkerReplicas` nodes the Ray
+    cluster holds, which the reservation bills anyway, so they boot while Lustre is created."""
+    ray_worker_replicas: WholeNumber = Field(0, alias="rayWorkerReplicas")
+    """Ray GPU workers, one per node, 1..`gpuNodes`; `0` means `gpuNodes`."""
+    ray_autoscaling: Annotated[
+        Flag | None,
+        BeforeValidator(_empty_is_none),
+        Field(alias="rayAutoscaling"),
+        Shown("`true` for spot and flexStart, `false` for reservation"),
+    ] = None
+    """KubeRay's in-tree autoscaler: the GPU worker group runs 0..`rayWorkerReplicas` workers and releases idle ones.
+    Its container (500m CPU, 512Mi) runs beside the head and must fit `cpuMachineType` with it. Empty (the declared
+    default) means by `gpuProvisioning`."""
+    max_run_hours: Annotated[
+        Annotated[WholeNumber, Field(ge=1, le=gke_rules.FLEX_START_MAX_RUN_HOURS)] | None,
+        BeforeValidator(lambda value: None if str(value).strip() == "0" else value),
+        Field(alias="maxRunHours", validate_default=True),
+        Allowed(f"0 (not set), or 1..{gke_rules.FLEX_START_MAX_RUN_HOURS} with gpuProvisioning flexStart"),
+        _RECORDED_ZERO,
+    ] = 0
+    """Only with `flexStart`: hours after which GKE deletes a GPU node, 1–168; `0` leaves flex-start's own limit of 7
+    days."""
+    image_cache_disk: Annotated[
+        Text,
+        Field(alias="imageCacheDisk", pattern=rf"^$|{_DISK_IMAGE_RE}"),
+        Allowed(
+            "'' (none), a disk image name in the stack's project, or projects/PROJECT/global/images/NAME: a disk image "
+            "built with gke-disk-image-builder that holds nemoRlImage (docs/design.md, Faster start-up)"
+        ),
+    ] = ""
+    """Empty: none. A disk image holding `nemoRlImage` (its name in the stack's project, or
+    `projects/PROJECT/global/images/NAME`), built with gke-disk-image-builder (see [Faster
+    start-up](design.md#faster-start-up)): GPU nodes get it as a secondary boot disk in `CONTAINER_IMAGE_CACHE` mode
+    with image streaming (`gcfs_config`) on, so a new node (autoscaled, or after a preemption) starts the image
+    without pulling it. Needs GKE 1.28.3-gke.1067000 or later (`infra/gke_rules.py`). Changing it recreates the GPU
+    pool's nodes: change it between runs."""
+    # What infra/zone_table.json cannot say about the zone (a region it has not read): warned, not refused.
+    _zone_notes: tuple[str, ...] = PrivateAttr(())
 
     @model_validator(mode="after")
-    def _across_keys(self) -> InfraSettings:
-        """The rules that tie keys together, in the order a user meets them; each names the key to change."""
-        region, zone = self.region, self.zone
-        zone_match = re.match(_ZONE_RE, zone)
-        if not zone_match or zone_match.group(1) != region:
-            raise ConfigError("zone", zone, f"a zone inside gcp:region {region!r}, such as {region}-b")
-        verdict = zones.check_zone(zone, self.preset.machine_type)
+    def _pool(self) -> GpuPoolSettings:
+        verdict = zones.check_zone(self.zone, self.preset.machine_type)
         if verdict.refusal:
-            raise ConfigError("zone", zone, verdict.refusal)
+            raise ConfigError("zone", self.zone, verdict.refusal)
         self._zone_notes = verdict.notes
         provisioning, reservation = self.gpu_provisioning, self.reservation
         if provisioning == "reservation" and not reservation:
@@ -588,27 +525,120 @@ class InfraSettings(Settings):
             )
         if reservation and provisioning != "reservation":
             raise ConfigError("reservation", reservation, f"unset when gpuProvisioning is {provisioning!r}")
-        unset = {
-            "rayAutoscaling": self.ray_autoscaling is None,
-            "rayVersion": not self.ray_version,
-            "rayWorkerReplicas": not self.ray_worker_replicas,
-        }
-        self._derived_keys = tuple(key for key in DERIVED_FROM if unset[key])
-        # 0 (the declared default) means one worker per GPU node.
-        replicas = self.ray_worker_replicas or self.gpu_nodes
+        if not self.ray_worker_replicas:  # 0, the declared default: one worker per GPU node
+            self._derive("ray_worker_replicas", self.gpu_nodes)
+        replicas = self.ray_worker_replicas
         if replicas < 1 or replicas > self.gpu_nodes:
             raise ConfigError(
                 "rayWorkerReplicas", replicas, f"1..gpuNodes ({self.gpu_nodes}): one Ray worker per GPU node"
             )
-        if self.cpu_pool_max_nodes < self.cpu_pool_min_nodes:
+        if self.ray_autoscaling is None:
+            # On where idle GPUs cost money that can be saved (spot, flex-start); a reservation bills anyway.
+            self._derive("ray_autoscaling", provisioning != "reservation")
+        if self.max_run_hours and provisioning != "flexStart":
+            limit = gke_rules.FLEX_START_MAX_RUN_HOURS
             raise ConfigError(
-                "cpuPoolMaxNodes", self.cpu_pool_max_nodes, f"at least cpuPoolMinNodes ({self.cpu_pool_min_nodes})"
+                "maxRunHours", self.max_run_hours, f"0 (not set), or 1..{limit} with gpuProvisioning flexStart"
             )
+        if disk := re.match(_DISK_IMAGE_RE, self.image_cache_disk):
+            # A bare image name is taken from the stack's own project (SecondaryBootDisk.diskImage is a full path).
+            full_path = f"projects/{disk.group(1) or self.project}/global/images/{disk.group(2)}"
+            object.__setattr__(self, "image_cache_disk", full_path)
+        return self
+
+    @property
+    def preset(self) -> GpuPreset:
+        return GPU_PRESETS[self.gpu_type]
+
+    @property
+    def gpu_autoscaling(self) -> bool:
+        """KubeRay's in-tree autoscaler: GPU workers from 0 up to rayWorkerReplicas and back to 0 when idle."""
+        return bool(self.ray_autoscaling)
+
+    @property
+    def zone_notes(self) -> tuple[str, ...]:
+        return self._zone_notes
+
+
+class RaySettings(GpuPoolSettings):
+    """The Ray cluster on the GPU pool (workloads/ray_values.py): its image, its pods, and the namespace and service
+    account they run under."""
+
+    namespace: Annotated[
+        Text, Field(pattern=_DNS_LABEL), Allowed("a Kubernetes namespace name (DNS label: a-z, 0-9, '-', 1-63)")
+    ] = "nemo-rl"
+    """Namespace of the Ray cluster, claim, Secrets and service accounts (and of the job stack's Job). Created by the
+    stack with Pod Security Admission labels (see [Security](security.md#security)); a built-in one (`default`,
+    `kube-system`, `kube-public`) is used as it is, without them."""
+    kubernetes_service_account: Annotated[
+        Text,
+        Field(alias="kubernetesServiceAccount", pattern=_DNS_LABEL),
+        Allowed("a DNS label: a-z, 0-9, '-', 1-63 characters"),
+    ] = "generic-ksa"
+    """Kubernetes service account of the Ray head, bound to the GSA `PREFIX-ray`; its token is mounted only into
+    KubeRay's autoscaler container. The GPU workers get their own, `PREFIX-ray-worker` (no Kubernetes token, same
+    GSA), which this key may not name."""
+    nemo_rl_image: Text = Field(DEFAULT_IMAGE, alias="nemoRlImage")
+    """NeMo RL image; must have a pinned tag (`:latest` is refused), and may be pinned by digest too:
+    `nvcr.io/nvidia/nemo-rl:v0.5.0@sha256:<64 hex digits>` (the Ray pods and the submitter then run exactly that
+    image). Its tag selects the release (see [NeMo RL versions](#nemo-rl-versions)); a mirror keeps working as long
+    as it keeps the tag."""
+    ray_version: Text = Field("", alias="rayVersion")
+    """Ray version inside the image; empty means the release's (`2.49.2` for `v0.5.0`, `2.55.1` for `v0.7.0`), and any
+    other value is refused for those tags. Required for an image whose tag is no known release (the job stack then
+    refuses to build a pipeline for it)."""
+    shm_size: Annotated[
+        MemoryQuantity, Field(alias="shmSize"), Allowed("a Kubernetes memory quantity such as 240Gi")
+    ] = "240Gi"
+    """Memory-backed `/dev/shm` of each GPU worker; more than 0 and less than `rayWorker.memory`."""
+    idle_timeout_seconds: Annotated[
+        WholeNumber, Field(alias="rayIdleTimeoutSeconds", ge=60, le=86_400), Allowed("60..86400 seconds")
+    ] = 600  # GPU nodes take minutes to come back: not KubeRay's 60 s (the shortest allowed)
+    """With `rayAutoscaling`: seconds a GPU worker may sit idle before it is released; 60..86400."""
+    tensorboard: Flag = True
+    """Serve every run's TensorBoard event files from Lustre (read-only) with one TensorBoard on the CPU pool, reached
+    through the `tensorboardPortForward` output."""
+    ray_head: Annotated[RayHead, _POD_OBJECT, Shown('`{cpu: "64", memory: 500G}`')] = Field(
+        default_factory=lambda: RayHead.model_validate({}), alias="rayHead"
+    )
+    """Object: the head's CPU and memory (requests = limits). Must fit `cpuMachineType` after GKE's reservations, a
+    DaemonSet allowance and the log sidecar."""
+    ray_worker: Annotated[RayWorker, _POD_OBJECT, Shown('`{cpu: "206", memory: 2400Gi}`')] = Field(
+        default_factory=lambda: RayWorker.model_validate({}), alias="rayWorker"
+    )
+    """Object: each GPU worker's CPU and memory (plus all 8 GPUs). Must fit the GPU machine the same way."""
+
+    @field_validator("nemo_rl_image")
+    @classmethod
+    def _pinned(cls, image: str) -> str:
+        """`repository:tag` or `repository:tag@sha256:<64 hex>`: the tag names the NeMo RL release, a digest pins
+        the exact image (what the registry serves for the tag may change; the digest cannot)."""
+        named, at, digest = image.partition("@")
+        if at and not re.match(_DIGEST_RE, digest):
+            raise ConfigError(
+                "nemoRlImage",
+                image,
+                f"a digest of the form sha256: and 64 lowercase hex digits after '@', e.g. {DEFAULT_IMAGE}@sha256:"
+                f"{'0' * 64} (as `docker buildx imagetools inspect` or the registry prints it)",
+            )
+        if not re.match(_IMAGE_RE, named) or named.endswith(":latest"):
+            raise ConfigError(
+                "nemoRlImage",
+                image,
+                f"an image reference with a pinned tag, e.g. {DEFAULT_IMAGE}, optionally pinned further by digest "
+                f"({DEFAULT_IMAGE}@sha256:<64 hex digits>)",
+            )
+        return image
+
+    @model_validator(mode="after")
+    def _ray(self) -> RaySettings:
         ksa = self.kubernetes_service_account
         if ksa == f"{self.cluster_name}-ray-worker":  # workloads.stack.worker_service_account: the workers' own account
             raise ConfigError("kubernetesServiceAccount", ksa, f"any name but {ksa}, the GPU workers' own account")
         release, image = self.nemo_rl_release, self.nemo_rl_image
-        ray_version = self.ray_version or (release.ray_version if release else "")
+        if release and not self.ray_version:
+            self._derive("ray_version", release.ray_version)
+        ray_version = self.ray_version
         if release and ray_version != release.ray_version:
             # Most likely a rayVersion left over from another image: the tag alone decides for a known release.
             raise ConfigError(
@@ -625,25 +655,111 @@ class InfraSettings(Settings):
             )
         if not re.match(r"^[0-9]+\.[0-9]+\.[0-9]+$", ray_version):
             raise ConfigError("rayVersion", ray_version, "a Ray release such as 2.49.2")
-        disk = re.match(_DISK_IMAGE_RE, self.image_cache_disk)
-        # On by default where idle GPUs cost money that can be saved (spot, flex-start); a reservation bills anyway.
-        autoscaling = provisioning != "reservation" if self.ray_autoscaling is None else self.ray_autoscaling
-        derived = {
-            "ray_worker_replicas": replicas,
-            "ray_version": ray_version,
-            "ray_autoscaling": autoscaling,
-            # A bare image name is taken from the stack's own project (SecondaryBootDisk.diskImage is a full path).
-            "image_cache_disk": f"projects/{disk.group(1) or self.project}/global/images/{disk.group(2)}"
-            if disk
-            else "",
-        }
-        for name, value in derived.items():
-            object.__setattr__(self, name, value)  # frozen for everyone else
-        head_extra = (IMAGE_HOLDER, AUTOSCALER) if autoscaling else (IMAGE_HOLDER,)
-        cpu = CPU_MACHINES[self.cpu_machine_type]
-        check_fits("rayHead", self.ray_head, self.cpu_machine_type, cpu.vcpus, cpu.memory_gb, head_extra)
         preset = self.preset
         check_fits("rayWorker", self.ray_worker, preset.machine_type, preset.vcpus, preset.memory_gb, (IMAGE_HOLDER,))
+        # Memory-backed emptyDir counts against the container's memory limit.
+        if memory_bytes(self.shm_size) >= memory_bytes(self.ray_worker.memory):
+            raise ConfigError(
+                "shmSize", self.shm_size, f"more than 0 and less than the worker memory ({self.ray_worker.memory})"
+            )
+        return self
+
+    @property
+    def nemo_rl_release(self) -> NemoRlRelease | None:
+        """The row of the image's tag; None for a tag we do not know."""
+        return release_for(self.nemo_rl_image)
+
+
+class StorageSettings(NetworkSettings):
+    """Managed Lustre (infra/lustre.py), peered into the cluster VPC, and the bucket models are exported to
+    (infra/export_bucket.py): what outlives the compute."""
+
+    lustre: LustreSettings = Field(default_factory=lambda: LustreSettings.model_validate({}))
+    """Object."""
+    protect_data: Flag = Field(True, alias="protectData")
+    """Protect the Lustre instance from `pulumi destroy`."""
+    export_bucket: Annotated[
+        Text,
+        # A Cloud Storage bucket name without dots (dotted names need domain verification), not Google's "goog".
+        Field(
+            alias="exportBucket", pattern=rf"^(?:|{EXPORT_BUCKET_CREATE}|(?!goog)[a-z0-9][a-z0-9_-]{{1,61}}[a-z0-9])$"
+        ),
+        Allowed(
+            f"'' (no export), '{EXPORT_BUCKET_CREATE}' (a new bucket PROJECT-CLUSTER-models), or an existing bucket's "
+            "name: 3-63 lowercase letters, digits, '-' or '_', starting and ending with a letter or digit"
+        ),
+    ] = ""
+    """Where trained models are copied (see [Getting the model out](operations.md#getting-the-model-out)): `""` nowhere,
+    `create` a new bucket `<project>-<clusterName>-models` (uniform access, protected with `protectData`), or an
+    existing bucket's name (3-63 lowercase letters, digits, `-`, `_`; give it uniform bucket-level access)."""
+
+    @property
+    def lustre_instance_id(self) -> str:
+        return f"{self.cluster_name}-lustre"
+
+    @property
+    def export_bucket_name(self) -> str:
+        """The bucket trained models are copied to, or "" when there is none."""
+        if self.export_bucket == EXPORT_BUCKET_CREATE:
+            return f"{self.project}-{self.cluster_name}-models"
+        return self.export_bucket
+
+
+class InfraSettings(StorageSettings, RaySettings, ClusterSettings, NetworkSettings):
+    """All the parts at once, as the stack's wiring takes them, and the keys of no single part: the compute's
+    protection, your GPU price, what a change may replace.
+
+    Each component takes the part it reads (SiteSettings and the classes above); the rules here tie parts
+    together."""
+
+    protect_compute: Flag = Field(True, alias="protectCompute")
+    """Pulumi `protect` on the cluster and the GPU pool: the engine stops before deleting or replacing either, also for
+    a replacement the [day-2 guard](operations.md#changing-a-deployed-stack) did not foresee (a new program or
+    provider version). A key in `allowReplace` that replaces them lifts it for that `pulumi up`; before `pulumi
+    destroy`: `pulumi config set protectCompute false && pulumi up`."""
+    gpu_node_hourly_price: Annotated[
+        Annotated[float, Field(gt=0, allow_inf_nan=False)] | None,
+        BeforeValidator(_price_text),
+        Field(alias="gpuNodeHourlyPrice"),
+        Allowed(
+            "a positive number of US dollars per GPU node-hour, such as 61.50 (your committed-use or negotiated "
+            "rate), or empty for the price table's rate"
+        ),
+        _RECORDED_ZERO,
+    ] = None
+    """Your own rate in US dollars per GPU node-hour (a committed-use or negotiated price), a positive number such as
+    `61.50`; empty means the price table's list rate. It replaces the table's rate (for a reservation, the range from
+    the largest published discount to the on-demand list rate) for the GPU nodes in `estimatedCost` and the job
+    stack's `estimatedRun`, and the plan says the figure is yours."""
+    allow_replace: Annotated[
+        tuple[Text, ...],
+        BeforeValidator(lambda value: () if value == "" else value),
+        Field(alias=ALLOW_REPLACE_KEY),
+        Allowed(f"a list of key names, set with: pulumi config set --path '{ALLOW_REPLACE_KEY}[0]' zone"),
+    ] = ()
+    """List of keys whose change you accept to replace what it replaces, e.g. `pulumi config set --path
+    'allowReplace[0]' zone`; see [Changing a deployed stack](operations.md#changing-a-deployed-stack). Names outside
+    that table's replacing keys are refused."""
+
+    @field_validator("allow_replace")
+    @classmethod
+    def _replaceable(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        """The keys a user lets replace what they replace: `pulumi config set --path 'allowReplace[0]' zone`."""
+        for key in keys:
+            if key not in REPLACEABLE_KEYS:
+                effect = EFFECTS_BY_KEY.get(key)
+                why = f"{key} is refused even when listed ({effect.what}); " if effect and effect.guarded else ""
+                raise ConfigError(
+                    f"{ALLOW_REPLACE_KEY}[{keys.index(key)}]", key, f"{why}one of {', '.join(REPLACEABLE_KEYS)}"
+                )
+        return tuple(dict.fromkeys(keys))
+
+    @model_validator(mode="after")
+    def _across_parts(self) -> InfraSettings:
+        """The rules that need more than one part, each naming the key to change."""
+        head_extra = (IMAGE_HOLDER, AUTOSCALER) if self.gpu_autoscaling else (IMAGE_HOLDER,)
+        cpu = CPU_MACHINES[self.cpu_machine_type]
+        check_fits("rayHead", self.ray_head, self.cpu_machine_type, cpu.vcpus, cpu.memory_gb, head_extra)
         ranges = self.ranges
         # What N GPU nodes need (infra/scale.py): address ranges that hold every node, a Ray head sized for the
         # workers, a compact placement group that holds the pool.
@@ -651,27 +767,11 @@ class InfraSettings(Settings):
             ranges.cluster_subnet, ranges.pods, ranges.services, ranges.gvnic_subnet, ranges.rdma_subnets,
             self.gpu_nodes, self.cpu_pool_max_nodes,
         )  # fmt: skip
-        problems += scale.head_problems(self.ray_head.cpu, self.ray_head.memory, replicas)
-        compact = scale.compact_placement_problem(provisioning, preset.machine_type, self.gpu_nodes)
+        problems += scale.head_problems(self.ray_head.cpu, self.ray_head.memory, self.ray_worker_replicas)
+        compact = scale.compact_placement_problem(self.gpu_provisioning, self.preset.machine_type, self.gpu_nodes)
         for problem in [*problems, *([compact] if compact else [])]:
             raise ConfigError(problem.key, problem.value, problem.allowed)
-        self._check_gke_version()
-        # Memory-backed emptyDir counts against the container's memory limit.
-        if memory_bytes(self.shm_size) >= memory_bytes(self.ray_worker.memory):
-            raise ConfigError(
-                "shmSize", self.shm_size, f"more than 0 and less than the worker memory ({self.ray_worker.memory})"
-            )
-        if self.max_run_hours and provisioning != "flexStart":
-            limit = gke_rules.FLEX_START_MAX_RUN_HOURS
-            raise ConfigError(
-                "maxRunHours", self.max_run_hours, f"0 (not set), or 1..{limit} with gpuProvisioning flexStart"
-            )
-        self._check_encryption_key()
-        return self
-
-    def _check_gke_version(self) -> None:
-        """At or above every floor that applies (gke_rules: the GPU's RDMA floor, the Lustre CSI driver's,
-        flex-start's, ...)."""
+        # At or above every floor that applies (gke_rules: the GPU's RDMA floor, the Lustre CSI driver's, ...).
         preset, version = self.preset, self.gke_version
         rdma = gke_rules.VersionFloor(
             preset.min_gke_version, f"GPUDirect RDMA on {preset.gpu_type}", "GKE docs: gpu-bandwidth-gpudirect-rdma"
@@ -682,64 +782,7 @@ class InfraSettings(Settings):
                 raise ConfigError(
                     "gkeVersion", version, f"at or above {floor.version}, the oldest GKE for {floor.needed_by}"
                 )
-
-    def _check_encryption_key(self) -> None:
-        key_name, region = self.database_encryption_key, self.region
-        if not key_name:
-            return
-        match = gke_rules.KMS_KEY_RE.match(key_name)
-        if not match:
-            raise ConfigError(
-                "databaseEncryptionKey",
-                key_name,
-                "'' (GKE's default encryption), or a Cloud KMS key's resource name: "
-                f"projects/PROJECT/locations/{region}/keyRings/RING/cryptoKeys/KEY",
-            )
-        if match.group(2) != region:
-            raise ConfigError(
-                "databaseEncryptionKey",
-                key_name,
-                f"a key in the cluster's region: locations/{region} (GKE requires the key in the cluster's location), "
-                f"not locations/{match.group(2)}",
-            )
-
-    @property
-    def preset(self) -> GpuPreset:
-        return GPU_PRESETS[self.gpu_type]
-
-    @property
-    def nemo_rl_release(self) -> NemoRlRelease | None:
-        """The row of the image's tag; None for a tag we do not know."""
-        return release_for(self.nemo_rl_image)
-
-    @property
-    def gpu_autoscaling(self) -> bool:
-        """KubeRay's in-tree autoscaler: GPU workers from 0 up to rayWorkerReplicas and back to 0 when idle."""
-        return bool(self.ray_autoscaling)
-
-    @property
-    def derived_keys(self) -> tuple[str, ...]:
-        return self._derived_keys
-
-    @property
-    def zone_notes(self) -> tuple[str, ...]:
-        return self._zone_notes
-
-    @property
-    def export_bucket_name(self) -> str:
-        """The bucket trained models are copied to, or "" when there is none."""
-        if self.export_bucket == EXPORT_BUCKET_CREATE:
-            return f"{self.project}-{self.cluster_name}-models"
-        return self.export_bucket
-
-    @property
-    def gke_minor(self) -> str:
-        """Kubernetes minor version the cluster targets, e.g. '1.33'."""
-        return ".".join(self.gke_version.split(".")[:2])
-
-    @property
-    def lustre_instance_id(self) -> str:
-        return f"{self.cluster_name}-lustre"
+        return self
 
 
 # Names a user may reach for that are not this project's keys, by their letters alone (case, '_' and '-' dropped):

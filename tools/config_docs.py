@@ -8,6 +8,7 @@ and `<!-- end config-table -->`; NAME is a project's model, or a field of it tha
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import re
 import sys
@@ -118,10 +119,20 @@ def _shown(field: Any) -> str:
     return f"`{json.dumps(default) if isinstance(default, bool) else default}`"
 
 
+def _part_of(model: type[BaseModel], name: str) -> type:
+    """The class of the model's parts (or the model itself) that declares field `name`."""
+    return next(cls for cls in model.__mro__ if name in inspect.get_annotations(cls))
+
+
 def table(model: type[BaseModel], secrets: Mapping[str, Secret], prefix: str = "") -> str:
+    """A row per key; a model made of parts (infra/settings.py) gets a heading row before each part's keys."""
     rows = ["| Key | Default | Meaning and rules |", "|---|---|---|"]
-    for key, field in keys_of(model).items():
-        rows.append(f"| `{prefix}{key}` | {_shown(field)} | {_text(field.description)} |")
+    parts = [_part_of(model, name) for name in model.model_fields]
+    for index, (name, field) in enumerate(model.model_fields.items()):
+        part = parts[index]
+        if len(set(parts)) > 1 and (index == 0 or part is not parts[index - 1]):
+            rows.append(f"| **{part.__name__}** | | {_text((part.__doc__ or '').split(chr(10) * 2)[0])} |")
+        rows.append(f"| `{prefix}{field.alias or name}` | {_shown(field)} | {_text(field.description)} |")
     for key, secret in secrets.items():
         default = "required secret" if secret.required else "none, optional secret"
         rows.append(f"| `{key}` | {default} | {_text(secret.description)} |")

@@ -40,7 +40,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from infra.settings import AUTOSCALER, LOG_SIDECAR, InfraSettings, PodResources
+from infra.settings import AUTOSCALER, LOG_SIDECAR, PodResources, RaySettings
 from infra.sizing import memory_bytes
 from workloads.nics import DEFAULT_INTERFACE, extra_nics, pod_network_annotations
 from workloads.ray_auth import auth_env
@@ -314,7 +314,7 @@ def _autoscaler_token_volume() -> dict[str, Any]:
 NODE_NAME_ENV = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
 
 
-def _nccl_env(settings: InfraSettings) -> list[dict[str, Any]]:
+def _nccl_env(settings: RaySettings) -> list[dict[str, Any]]:
     return [
         _env("NCCL_NET", "gIB"),
         _env("NCCL_IB_GID_INDEX", "3"),
@@ -327,7 +327,7 @@ def _nccl_env(settings: InfraSettings) -> list[dict[str, Any]]:
     ]
 
 
-def _log_sidecar(settings: InfraSettings) -> dict[str, Any]:
+def _log_sidecar(settings: RaySettings) -> dict[str, Any]:
     """Fluent Bit beside the Ray container: tails Ray's log files and ships them to Cloud Logging."""
     return {
         "name": "fluent-bit",
@@ -349,13 +349,13 @@ def _log_sidecar(settings: InfraSettings) -> dict[str, Any]:
     }
 
 
-def _head_shm_size(settings: InfraSettings) -> str:
+def _head_shm_size(settings: RaySettings) -> str:
     # Memory-backed, so it counts against the head's memory limit: half of it leaves Ray's default
     # object store (30% of memory) room without letting /dev/shm crowd out the rest.
     return f"{memory_bytes(settings.ray_head.memory) // 2 // 2**20}Mi"
 
 
-def _head(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
+def _head(settings: RaySettings, refs: RayClusterRefs) -> dict[str, Any]:
     return {
         "rayVersion": settings.ray_version,
         "enableInTreeAutoscaling": settings.gpu_autoscaling,
@@ -406,7 +406,7 @@ def _head(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
     }
 
 
-def _autoscaler_options(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
+def _autoscaler_options(settings: RaySettings, refs: RayClusterRefs) -> dict[str, Any]:
     """KubeRay's autoscaler container in the head pod. No image is set: KubeRay then runs the autoscaler from the
     head's own image, the pinned NeMo RL image, whose Ray version matches the cluster's. It is a Ray client of the
     GCS: with token authentication it needs the token, which KubeRay gives it only when authOptions is set (it is
@@ -423,7 +423,7 @@ def _autoscaler_options(settings: InfraSettings, refs: RayClusterRefs) -> dict[s
     }
 
 
-def _gpu_workers(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
+def _gpu_workers(settings: RaySettings, refs: RayClusterRefs) -> dict[str, Any]:
     preset = settings.preset
     replicas = settings.ray_worker_replicas
     # With the autoscaler the group starts empty and grows when a run asks for GPUs (jobs/wait_for_workers.py).
@@ -494,7 +494,7 @@ def topology_affinity(cluster_name: str) -> dict[str, Any]:
     }
 
 
-def build_ray_values(settings: InfraSettings, refs: RayClusterRefs) -> dict[str, Any]:
+def build_ray_values(settings: RaySettings, refs: RayClusterRefs) -> dict[str, Any]:
     """Values for the pinned ray-cluster chart. Every key is one the chart reads (see ray_chart)."""
     repository, tag = split_image(settings.nemo_rl_image)
     return {

@@ -10,12 +10,12 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.settings import InfraSettings
+from infra.settings import InfraSettings, StorageSettings
 from workloads.ray_chart import CHART_NAME, CHART_REPO, CHART_VERSION
 from workloads.ray_values import RayClusterRefs, build_ray_values, fluent_bit_config, pod_template_digest
 
 
-def replacement_digest(values: dict[str, Any], settings: InfraSettings) -> str:
+def replacement_digest(values: dict[str, Any], settings: StorageSettings) -> str:
     """What replaces the RayCluster when it changes (the release's replacement_trigger; the day-2 guard records and
     compares it): the pod templates (pod_template_digest), the chart version (a new chart renders new pods, which
     KubeRay 1.5.1 would give only to pods created later), and the Lustre instance every pod mounts through the claim

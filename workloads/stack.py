@@ -8,7 +8,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.cluster import CPU_POOL_NAME
-from infra.settings import InfraSettings, Secrets
+from infra.settings import InfraSettings, RaySettings, Secrets, SiteSettings
 from infra.stack import Infra
 from workloads.admission_policy import PodAdmission, PodAdmissionArgs
 from workloads.identity import RayIdentity, RayIdentityArgs
@@ -52,7 +52,7 @@ class Workloads:
     tensorboard: TensorBoard | None = None
 
 
-def ray_cluster_refs(settings: InfraSettings, secret_keys: tuple[str, ...]) -> RayClusterRefs:
+def ray_cluster_refs(settings: RaySettings, secret_keys: tuple[str, ...]) -> RayClusterRefs:
     prefix = settings.cluster_name
     return RayClusterRefs(
         cluster_name=f"{prefix}-ray",
@@ -245,7 +245,7 @@ def what_the_workloads_record_describes(workloads: Workloads) -> list[pulumi.Cus
     return [workloads.ray.release, workloads.tokens.secret, workloads.volume.pv, workloads.volume.pvc]
 
 
-def tensorboard_name(settings: InfraSettings) -> str:
+def tensorboard_name(settings: SiteSettings) -> str:
     return f"{settings.cluster_name}-tensorboard"
 
 
