@@ -151,7 +151,10 @@ class DatasetSettings(Settings):
         return f"jsonl-{hashlib.sha256(what.encode()).hexdigest()[:12]}"
 
 
-class JobSettings(Settings):
+class RunSettings(Settings):
+    """The run: its name, the infra it runs on, and how its Kubernetes Job and Ray jobs behave (launcher/job.py,
+    launcher/steps.py)."""
+
     infra_stack: Annotated[
         Text,
         Field(alias="infraStack", pattern=r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+){0,2}$"),
@@ -169,6 +172,83 @@ class JobSettings(Settings):
     ] = "grpo-gsm8k"
     """Prefix of the Job, the ConfigMap and the Ray submission ids, and the output directory `/data/<runName>`. 1–40
     characters: lowercase letter first, then lowercase letters, digits, hyphens. A new name starts a fresh run."""
+    max_restarts: Annotated[
+        WholeNumber,
+        Field(alias="maxRestarts", ge=0, le=MAX_RESTARTS),
+        Allowed(f"0..{MAX_RESTARTS}: retries of a failed training attempt (0 = none)"),
+    ] = 3
+    """Times a FAILED train attempt is submitted again (`<runName>-train-r1` …), 0..20; each attempt resumes from the
+    newest complete checkpoint. STOPPED is never retried."""
+    # A number, not a flag, so that a new pod of the same Job (an eviction, a retry) skips a rerun that already
+    # succeeded, and raising it reruns the step once more; 0 is none. launcher.steps checks the step names.
+    rerun: Annotated[
+        dict[
+            str,
+            Annotated[
+                int,
+                BeforeValidator(_rerun_number),
+                Allowed(f"a whole number 0..{MAX_RERUN}: raise it by one to run the step again"),
+            ],
+        ],
+        AfterValidator(lambda numbers: {name: number for name, number in numbers.items() if number}),
+        Allowed('a map of step name to rerun number, e.g. {"eval-final": 1}'),
+        Shown("none"),
+    ] = Field(default_factory=dict)
+    """Steps to run again, each with a number: a map of step name to rerun number, e.g. `pulumi config set --path
+    'rerun["eval-final"]' 1`. A named step runs under the id `<runName>-<step>-rerunN` with its own outcome record
+    `<step>.rerunN.json`; raise the number to run it once more (see [Run a step
+    again](operations.md#run-a-step-again)). A name that is not one of the run's steps, or a number outside 0..999,
+    is refused."""
+    stop_on_delete: Annotated[Flag, Field(alias="stopOnDelete")] = True
+    """`pulumi destroy` of the job stack stops the run's Ray job (see [Run lifecycle](operations.md#run-lifecycle));
+    gives the submitter a token that can only `get` its Job, the run marker and nodes (the run's blocks and
+    sub-blocks after the NCCL pre-flight)."""
+    wait_for_workers_minutes: Annotated[WholeNumber, Field(alias="waitForWorkersMinutes", ge=1)] = 60
+    """How long one submitter pod waits for the GPU workers before it exits 4 and the Job retries it (up to
+    `backoffLimit` 4 times)."""
+    archive: Flag = False
+    """A last step, `archive`: copies the newest complete checkpoint `/data/<runName>/step_N` and, with `convertToHf`,
+    `/data/<runName>/hf` to `gs://<bucket>/<runName>.archive/` in the infra's export bucket, then checks every
+    object's size and MD5 against the local file (see [Archiving a
+    run](operations.md#archiving-a-run-then-deleting-lustre)). Refused without an infra `exportBucket`, and with
+    `benchmark`."""
+    seconds_per_step: Annotated[
+        Number | None,
+        Field(alias="secondsPerStep", gt=0, allow_inf_nan=False),
+        Allowed("a positive number of seconds"),
+        Shown("empty"),
+    ] = None
+    """Seconds one training step takes, for the run estimate (`estimatedRun`, `cost.txt`, the first-step model) only;
+    when set it always wins. Empty: the step-time table's sourced figure for the recipe, mode and GPU type, scaled
+    linearly to the run's samples per step and training GPUs (an assumption), e.g. 942.51 s for the tutorial's Gemma
+    3 27B on H200/B200 ([cost.md](cost.md#what-a-step-takes)); a recipe without a row (the dev and smoke stacks'
+    Qwen2.5-Math 1.5B) gets no number: the step time and the totals that depend on it are unknown until you set it."""
+
+
+class PreflightSettings(Settings):
+    """The NCCL and Lustre checks before training (launcher/steps.py, jobs/preflight/)."""
+
+    preflight_enabled: Annotated[Flag, Field(alias="preflight")] = True
+    """Run the NCCL and Lustre checks before training."""
+    preflight_min_busbw_gbps: Annotated[
+        Number, Field(alias="preflightMinBusbwGbps", gt=0), Allowed("a positive GB/s figure")
+    ] = 100
+    """NCCL pass mark: all-reduce bus bandwidth at the largest message, GB/s (the figure Cluster Toolkit's A3 Ultra
+    health check uses)."""
+    preflight_lustre_gib_per_node: Annotated[
+        Number, Field(alias="preflightLustreGibPerNode", gt=0), Allowed("a positive size in GiB")
+    ] = 16
+    """GiB each GPU node writes and reads in the Lustre check."""
+    preflight_lustre_min_fraction: Annotated[
+        Number, Field(alias="preflightLustreMinFraction", gt=0, le=1), Allowed("a fraction in (0, 1]")
+    ] = 0.5
+    """Lustre pass mark: fraction of the throughput the nodes can expect from the instance, in (0, 1]."""
+
+
+class RecipeSettings(Settings):
+    """What trains: the NeMo RL recipe, the model and data, and the sizes the launcher overrides in it
+    (launcher/overrides.py, checked by launcher/nemo_rl_rules.py)."""
+
     recipe: Annotated[
         Text,
         Field(pattern=r"^examples/configs/(?!.*\.\.).*\.yaml$"),
@@ -257,72 +337,6 @@ class JobSettings(Settings):
     `grpo.num_generations_per_prompt`, `cluster.num_nodes`, `cluster.gpus_per_node`,
     `policy.dtensor_cfg.tensor_parallel_size`), and `policy.model_name` (set `model`), are refused: set the job
     setting instead."""
-    preflight_enabled: Annotated[Flag, Field(alias="preflight")] = True
-    """Run the NCCL and Lustre checks before training."""
-    preflight_min_busbw_gbps: Annotated[
-        Number, Field(alias="preflightMinBusbwGbps", gt=0), Allowed("a positive GB/s figure")
-    ] = 100
-    """NCCL pass mark: all-reduce bus bandwidth at the largest message, GB/s (the figure Cluster Toolkit's A3 Ultra
-    health check uses)."""
-    preflight_lustre_gib_per_node: Annotated[
-        Number, Field(alias="preflightLustreGibPerNode", gt=0), Allowed("a positive size in GiB")
-    ] = 16
-    """GiB each GPU node writes and reads in the Lustre check."""
-    preflight_lustre_min_fraction: Annotated[
-        Number, Field(alias="preflightLustreMinFraction", gt=0, le=1), Allowed("a fraction in (0, 1]")
-    ] = 0.5
-    """Lustre pass mark: fraction of the throughput the nodes can expect from the instance, in (0, 1]."""
-    wait_for_workers_minutes: Annotated[WholeNumber, Field(alias="waitForWorkersMinutes", ge=1)] = 60
-    """How long one submitter pod waits for the GPU workers before it exits 4 and the Job retries it (up to
-    `backoffLimit` 4 times)."""
-    seconds_per_step: Annotated[
-        Number | None,
-        Field(alias="secondsPerStep", gt=0, allow_inf_nan=False),
-        Allowed("a positive number of seconds"),
-        Shown("empty"),
-    ] = None
-    """Seconds one training step takes, for the run estimate (`estimatedRun`, `cost.txt`, the first-step model) only;
-    when set it always wins. Empty: the step-time table's sourced figure for the recipe, mode and GPU type, scaled
-    linearly to the run's samples per step and training GPUs (an assumption), e.g. 942.51 s for the tutorial's Gemma
-    3 27B on H200/B200 ([cost.md](cost.md#what-a-step-takes)); a recipe without a row (the dev and smoke stacks'
-    Qwen2.5-Math 1.5B) gets no number: the step time and the totals that depend on it are unknown until you set it."""
-    max_restarts: Annotated[
-        WholeNumber,
-        Field(alias="maxRestarts", ge=0, le=MAX_RESTARTS),
-        Allowed(f"0..{MAX_RESTARTS}: retries of a failed training attempt (0 = none)"),
-    ] = 3
-    """Times a FAILED train attempt is submitted again (`<runName>-train-r1` …), 0..20; each attempt resumes from the
-    newest complete checkpoint. STOPPED is never retried."""
-    # A number, not a flag, so that a new pod of the same Job (an eviction, a retry) skips a rerun that already
-    # succeeded, and raising it reruns the step once more; 0 is none. launcher.steps checks the step names.
-    rerun: Annotated[
-        dict[
-            str,
-            Annotated[
-                int,
-                BeforeValidator(_rerun_number),
-                Allowed(f"a whole number 0..{MAX_RERUN}: raise it by one to run the step again"),
-            ],
-        ],
-        AfterValidator(lambda numbers: {name: number for name, number in numbers.items() if number}),
-        Allowed('a map of step name to rerun number, e.g. {"eval-final": 1}'),
-        Shown("none"),
-    ] = Field(default_factory=dict)
-    """Steps to run again, each with a number: a map of step name to rerun number, e.g. `pulumi config set --path
-    'rerun["eval-final"]' 1`. A named step runs under the id `<runName>-<step>-rerunN` with its own outcome record
-    `<step>.rerunN.json`; raise the number to run it once more (see [Run a step
-    again](operations.md#run-a-step-again)). A name that is not one of the run's steps, or a number outside 0..999,
-    is refused."""
-    stop_on_delete: Annotated[Flag, Field(alias="stopOnDelete")] = True
-    """`pulumi destroy` of the job stack stops the run's Ray job (see [Run lifecycle](operations.md#run-lifecycle));
-    gives the submitter a token that can only `get` its Job, the run marker and nodes (the run's blocks and
-    sub-blocks after the NCCL pre-flight)."""
-    eval_base: Annotated[Flag, Field(alias="evalBase")] = True
-    """Before training, evaluate the recipe's model (or `model`) on GSM8K's test split (or `dataset`'s test rows) (step
-    `eval-base`: NeMo RL's `run_eval.py`, greedy pass@1) into `/data/<runName>/eval/base`."""
-    eval_final: Annotated[Flag, Field(alias="evalFinal")] = True
-    """After conversion, evaluate the trained model the same way (step `eval-final`) into `/data/<runName>/eval/final`;
-    needs `convertToHf` (with `convertToHf: false`, set it to `false` too). The Job's log ends with both accuracies."""
     async_grpo: Annotated[Flag, Field(alias="asyncGrpo")] = False
     """1-step off-policy (async) GRPO: generation runs ahead on its own nodes while training works (see [Async
     GRPO](#async-grpo-1-step-off-policy)). Refused with `generationNodes: 0`. Sets `grpo.async_grpo.enabled`,
@@ -333,12 +347,29 @@ class JobSettings(Settings):
     max_trajectory_age_steps: Annotated[WholeNumber, Field(alias="maxTrajectoryAgeSteps", ge=1)] = 1
     """With `asyncGrpo`, how many steps old a trajectory may be when trained on
     (`grpo.async_grpo.max_trajectory_age_steps`); must stay 1 without it."""
-    archive: Flag = False
-    """A last step, `archive`: copies the newest complete checkpoint `/data/<runName>/step_N` and, with `convertToHf`,
-    `/data/<runName>/hf` to `gs://<bucket>/<runName>.archive/` in the infra's export bucket, then checks every
-    object's size and MD5 against the local file (see [Archiving a
-    run](operations.md#archiving-a-run-then-deleting-lustre)). Refused without an infra `exportBucket`, and with
-    `benchmark`."""
+
+    @property
+    def train_global_batch_size(self) -> int:
+        """Samples per GRPO step, all trained on in one optimizer step. NeMo RL's trainer makes
+        samples // train_global_batch_size optimizer steps: with a larger batch none runs (an UnboundLocalError),
+        with a smaller one the step is split, or refused when the batch does not divide the samples."""
+        return self.num_prompts_per_step * self.num_generations_per_prompt
+
+
+class EvaluationSettings(Settings):
+    """The GSM8K evaluations before and after training (the steps eval-base and eval-final)."""
+
+    eval_base: Annotated[Flag, Field(alias="evalBase")] = True
+    """Before training, evaluate the recipe's model (or `model`) on GSM8K's test split (or `dataset`'s test rows) (step
+    `eval-base`: NeMo RL's `run_eval.py`, greedy pass@1) into `/data/<runName>/eval/base`."""
+    eval_final: Annotated[Flag, Field(alias="evalFinal")] = True
+    """After conversion, evaluate the trained model the same way (step `eval-final`) into `/data/<runName>/eval/final`;
+    needs `convertToHf` (with `convertToHf: false`, set it to `false` too). The Job's log ends with both accuracies."""
+
+
+class BenchmarkSettings(Settings):
+    """NeMo RL's performance recipes instead of the run."""
+
     benchmark: Flag = False
     """Run NeMo RL's performance recipes (`benchmarkRecipes`) instead of the run (see
     [Benchmark](#benchmark-does-this-cluster-perform)); each recipe's cluster must fit the infra, and it needs
@@ -357,6 +388,10 @@ class JobSettings(Settings):
     `cluster.gpus_per_node`); a recipe the infra cannot hold (fewer GPU workers, other GPUs per node), one on another
     dataset than OpenMathInstruct-2 (DAPO's) or one whose model is NVIDIA's placeholder for a converted checkpoint
     (DeepSeek V3 at v0.7.0) is refused in one line naming the recipes that fit."""
+
+
+class JobSettings(BenchmarkSettings, EvaluationSettings, RecipeSettings, PreflightSettings, RunSettings):
+    """All the parts at once, as the pipeline takes them; the rules here tie them to each other and to the infra."""
 
     # What the keys make of the infra they run on, set once by the model validator.
     _benchmark_recipes: tuple[BenchmarkRecipe, ...] = PrivateAttr(())
@@ -434,13 +469,6 @@ class JobSettings(Settings):
     def training_parallel(self) -> tuple[int, int, int]:
         """TP, PP, CP: dtensorTensorParallelSize, 1, 1, or the Megatron recipe's (with extraOverrides applied)."""
         return self._training[1]
-
-    @property
-    def train_global_batch_size(self) -> int:
-        """Samples per GRPO step, all trained on in one optimizer step. NeMo RL's trainer makes
-        samples // train_global_batch_size optimizer steps: with a larger batch none runs (an UnboundLocalError),
-        with a smaller one the step is split, or refused when the batch does not divide the samples."""
-        return self.num_prompts_per_step * self.num_generations_per_prompt
 
 
 MODEL = JobSettings
