@@ -152,8 +152,8 @@ class DatasetSettings(Settings):
 
 
 class RunSettings(Settings):
-    """The run: its name, the infra it runs on, and how its Kubernetes Job and Ray jobs behave (launcher/job.py,
-    launcher/steps.py)."""
+    """The run: its name, the infra it runs on, and how its Kubernetes Job and Ray jobs behave (jobs/launcher/job.py,
+    jobs/launcher/steps.py)."""
 
     infra_stack: Annotated[
         Text,
@@ -226,7 +226,7 @@ class RunSettings(Settings):
 
 
 class PreflightSettings(Settings):
-    """The NCCL and Lustre checks before training (launcher/steps.py, jobs/preflight/)."""
+    """The NCCL and Lustre checks before training (jobs/launcher/steps.py, jobs/preflight/)."""
 
     preflight_enabled: Annotated[Flag, Field(alias="preflight")] = True
     """Run the NCCL and Lustre checks before training."""
@@ -247,7 +247,7 @@ class PreflightSettings(Settings):
 
 class RecipeSettings(Settings):
     """What trains: the NeMo RL recipe, the model and data, and the sizes the launcher overrides in it
-    (launcher/overrides.py, checked by launcher/nemo_rl_rules.py)."""
+    (jobs/launcher/overrides.py, checked by jobs/launcher/nemo_rl_rules.py)."""
 
     recipe: Annotated[
         Text,
