@@ -257,7 +257,7 @@ class _Node:
     waits: tuple[str, ...]  # labels it waits for (its parent included)
 
 
-def _provider_urn(reference: str) -> str:
+def provider_urn(reference: str) -> str:
     # The engine's provider reference is "<urn>::<id>"; a URN contains "::" itself.
     return reference.rsplit("::", 1)[0] if reference else ""
 
@@ -271,8 +271,8 @@ def _program_nodes(resources: Sequence[ResourceLike], after: str | None, worst: 
     nodes = []
     for r in resources:
         urns = list(r.dependencies) + [u for deps in r.property_dependencies.values() for u in deps]
-        if _provider_urn(r.provider):
-            urns.append(_provider_urn(r.provider))
+        if provider_urn(r.provider):
+            urns.append(provider_urn(r.provider))
         waits = {label_of(by_urn[u]) for u in urns if u in by_urn}
         parent = label_of(by_urn[r.parent]) if r.parent in by_urn else None
         if parent:
