@@ -24,12 +24,12 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from launcher.checkpoints import MODEL_SIZES, model_of
 
 from tools import timeline as provisioning
-from tools.timeline import INFRA_DONE, RUN_STEP_DURATIONS, Timeline
+from tools.timeline import INFRA_DONE, RUN_STEP_DURATIONS, ResourceLike, Timeline
 
 
 @dataclass(frozen=True)
@@ -128,15 +128,6 @@ def _figure(name: str) -> tuple[float, str]:
 # What a plan holds
 
 
-class RegisteredLike(Protocol):
-    @property
-    def type(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def inputs(self) -> dict[str, Any]: ...
-
-
 @dataclass(frozen=True)
 class Cuts:
     prepull: bool = False  # a DaemonSet holding the Ray pods' image on every node, independent of Lustre
@@ -175,7 +166,7 @@ class StartupInputs:
         return self.model_parameters_b * minutes("bytesPerParameter")
 
 
-def _resource(resources: Sequence[RegisteredLike], type_token: str, name: str) -> RegisteredLike | None:
+def _resource(resources: Sequence[ResourceLike], type_token: str, name: str) -> ResourceLike | None:
     return next((r for r in resources if r.type == type_token and r.name == name), None)
 
 
@@ -185,7 +176,7 @@ def _env_names(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 def cuts_of(
-    infra: Sequence[RegisteredLike],
+    infra: Sequence[ResourceLike],
     steps: Sequence[str],
     image: str,
     mount: str,

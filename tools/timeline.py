@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 INFRA_DONE = "(infra stack complete)"
 
@@ -42,6 +42,8 @@ class ResourceLike(Protocol):
     def provider(self) -> str: ...
     @property
     def custom(self) -> bool: ...
+    @property
+    def inputs(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -172,10 +174,9 @@ def render_run_steps(step_names: Iterable[str]) -> str:
 COMPONENT = Duration(0.0, "component: takes no time itself")
 
 
-def lustre_tier(resource: object) -> int:
+def lustre_tier(resource: ResourceLike) -> int:
     """The throughput tier a registered Lustre instance asks for (its perUnitStorageThroughput input)."""
-    inputs = getattr(resource, "inputs", None) or {}
-    tier = inputs.get("perUnitStorageThroughput")
+    tier = resource.inputs.get("perUnitStorageThroughput")
     try:
         return int(str(tier))
     except ValueError:
