@@ -24,12 +24,12 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from launcher.checkpoints import MODEL_SIZES, model_of
 
 from tools import timeline as provisioning
-from tools.timeline import INFRA_DONE, RUN_STEP_DURATIONS, Timeline
+from tools.timeline import INFRA_DONE, RUN_STEP_DURATIONS, ResourceLike, Timeline
 
 
 @dataclass(frozen=True)
@@ -119,17 +119,13 @@ def minutes(name: str) -> float:
     return FIGURES[name].value
 
 
+def _figure(name: str) -> tuple[float, str]:
+    """A figure's value and its source, as a phase takes them."""
+    return FIGURES[name].value, FIGURES[name].source
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # What a plan holds
-
-
-class RegisteredLike(Protocol):
-    @property
-    def type(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def inputs(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -170,7 +166,7 @@ class StartupInputs:
         return self.model_parameters_b * minutes("bytesPerParameter")
 
 
-def _resource(resources: Sequence[RegisteredLike], type_token: str, name: str) -> RegisteredLike | None:
+def _resource(resources: Sequence[ResourceLike], type_token: str, name: str) -> ResourceLike | None:
     return next((r for r in resources if r.type == type_token and r.name == name), None)
 
 
@@ -180,11 +176,11 @@ def _env_names(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 def cuts_of(
-    infra: Sequence[RegisteredLike],
+    infra: Sequence[ResourceLike],
     steps: Sequence[str],
     image: str,
     mount: str,
-    entrypoints: Mapping[str, str] | None = None,
+    entrypoints: Mapping[str, str],
 ) -> Cuts:
     """The cuts the registered resources and the pipeline's entrypoints actually have."""
     prepull = False
@@ -203,7 +199,7 @@ def cuts_of(
         image_cache_disk=bool((pool_inputs.get("nodeConfig") or {}).get("secondaryBootDisks")),
         prefetch="prefetch-weights" in steps,
         compile_cache=all(path.startswith(f"{mount}/") for path in caches),
-        eval_cache=(_argument((entrypoints or {}).get("eval-base", ""), "--cache-dir") or "").startswith(f"{mount}/"),
+        eval_cache=(_argument(entrypoints.get("eval-base", ""), "--cache-dir") or "").startswith(f"{mount}/"),
     )
 
 
@@ -238,8 +234,7 @@ def inputs_from_plan(plan: Any) -> StartupInputs:
     release = (infra_out.get("nemoRlRelease") or {}).get("tag", "")
     model = model_of("", recipe, str(release))
     figure = MODELS.get(model, UNKNOWN_MODEL)
-    lustre = plan.infra.outputs
-    capacity, tier = int(lustre["lustreCapacityGib"]), int(lustre["lustreThroughputMbpsPerTib"])
+    capacity, tier = int(infra_out["lustreCapacityGib"]), int(infra_out["lustreThroughputMbpsPerTib"])
     lustre_io = entry.get("preflight-lustre", "")
     gib_per_node = float(_argument(lustre_io, "--gib-per-node") or 0)
     io_nodes = int(_argument(lustre_io, "--nodes") or 0)
@@ -326,8 +321,9 @@ def _pipeline_phases(inputs: StartupInputs, cuts: Cuts, warm: bool, start: str) 
     for step in inputs.steps:
         if step == "prefetch-weights" and not cuts.prefetch:
             continue  # without the cuts, the train step downloads the weights itself
-        cost = step_cost(step) or _unknown_step(step)
-        for name, duration, source in cost(inputs, cuts, warm):
+        cost = step_cost(step)
+        unknown = [(f"{step} (no figure)", 1.0, "estimate: a step without a row in STEP_PHASES")]
+        for name, duration, source in cost(inputs, cuts, warm) if cost else unknown:
             phases.append(Phase(name, duration, source, (previous,)))
             previous = name
         if cost is _train:  # the first training step ends the model
@@ -340,7 +336,6 @@ def build(inputs: StartupInputs, cuts: Cuts, warm: bool = False) -> Schedule:
     m = inputs.milestones
     pull = inputs.image_gb / minutes("imagePullRate")
     pull_source = f"{inputs.image_gb:g} GB / {minutes('imagePullRate'):g} GB/min (imageGb, imagePullRate)"
-    boot = minutes("gpuNodeBoot")
     p: list[Phase] = []
     if warm:
         # The infra is there, the image on the CPU node; only the job stack's `pulumi up` runs.
@@ -354,9 +349,9 @@ def build(inputs: StartupInputs, cuts: Cuts, warm: bool = False) -> Schedule:
         cpu_trigger = "prepull ready (provisioning)" if cuts.prepull and "prepull" in m else ray
         p.append(Phase("image pull, CPU node", pull, pull_source, ("cpuPool ready (provisioning)", cpu_trigger)))
         cpu_image = "image pull, CPU node"
-        p.append(Phase("Ray head start", minutes("podStart"), FIGURES["podStart"].source, (cpu_image, ray)))
+        p.append(Phase("Ray head start", *_figure("podStart"), (cpu_image, ray)))
         head_ready = "Ray head start"
-    p.append(Phase("submitter start", minutes("submitterStart"), FIGURES["submitterStart"].source, (job, cpu_image)))
+    p.append(Phase("submitter start", *_figure("submitterStart"), (job, cpu_image)))
 
     # GPU nodes: when they are asked for, their boot, the image, the Ray worker pods.
     kept = warm and not inputs.ray_autoscaling
@@ -369,19 +364,16 @@ def build(inputs: StartupInputs, cuts: Cuts, warm: bool = False) -> Schedule:
             request = ("gpuPool ready (provisioning)",)
         else:
             request = ("ray ready (provisioning)",)  # the Ray worker pods ask the cluster autoscaler
-        p.append(Phase("GPU node boot", boot, FIGURES["gpuNodeBoot"].source, request))
+        p.append(Phase("GPU node boot", *_figure("gpuNodeBoot"), request))
         pods = () if warm else ("ray ready (provisioning)",)
         if cuts.image_cache_disk:
-            p.append(
-                Phase("image from the cache disk", minutes("imageFromCacheDisk"), FIGURES["imageFromCacheDisk"].source,
-                      ("GPU node boot",))
-            )  # fmt: skip
+            p.append(Phase("image from the cache disk", *_figure("imageFromCacheDisk"), ("GPU node boot",)))
             gpu_image = "image from the cache disk"
         else:
             trigger = ("prepull ready (provisioning)",) if cuts.prepull and not warm and "prepull" in m else pods
             p.append(Phase("image pull", pull, pull_source, ("GPU node boot", *trigger)))
             gpu_image = "image pull"
-        p.append(Phase("Ray workers start", minutes("podStart"), FIGURES["podStart"].source, (gpu_image, *pods)))
+        p.append(Phase("Ray workers start", *_figure("podStart"), (gpu_image, *pods)))
         workers_ready = "Ray workers start"
     p.append(Phase("pipeline starts (workers up)", 0.0, "", ("submitter start", head_ready, workers_ready)))
     p += _pipeline_phases(inputs, cuts, warm, "pipeline starts (workers up)")
@@ -396,7 +388,7 @@ StepCost = Callable[[StartupInputs, Cuts, bool], list[tuple[str, float, str]]]
 
 
 def _overhead(step: str) -> tuple[str, float, str]:
-    return (f"{step}: Ray job", minutes("rayJobOverhead"), FIGURES["rayJobOverhead"].source)
+    return (f"{step}: Ray job", *_figure("rayJobOverhead"))
 
 
 def _download(inputs: StartupInputs) -> tuple[str, float, str]:
@@ -410,7 +402,7 @@ def _download(inputs: StartupInputs) -> tuple[str, float, str]:
 
 
 def _preflight_nccl(inputs: StartupInputs, cuts: Cuts, warm: bool) -> list[tuple[str, float, str]]:
-    return [_overhead("preflight-nccl"), ("NCCL all-reduce", minutes("preflightNccl"), FIGURES["preflightNccl"].source)]
+    return [_overhead("preflight-nccl"), ("NCCL all-reduce", *_figure("preflightNccl"))]
 
 
 def _preflight_lustre(inputs: StartupInputs, cuts: Cuts, warm: bool) -> list[tuple[str, float, str]]:
@@ -422,7 +414,7 @@ def _preflight_lustre(inputs: StartupInputs, cuts: Cuts, warm: bool) -> list[tup
 def _prepare_data(inputs: StartupInputs, cuts: Cuts, warm: bool) -> list[tuple[str, float, str]]:
     if warm:  # prepare_gsm8k.py skips when its manifest matches
         return [_overhead("prepare-data (skips: data complete)")]
-    return [_overhead("prepare-data"), ("GSM8K download", minutes("prepareData"), FIGURES["prepareData"].source)]
+    return [_overhead("prepare-data"), ("GSM8K download", *_figure("prepareData"))]
 
 
 def _prefetch(inputs: StartupInputs, cuts: Cuts, warm: bool) -> list[tuple[str, float, str]]:
@@ -445,7 +437,7 @@ def _train(inputs: StartupInputs, cuts: Cuts, warm: bool) -> list[tuple[str, flo
     if not cuts.prefetch and not warm:
         # The policy and vLLM download the weights themselves while they start; both wait for them.
         phases.append(_download(inputs))
-    vllm, source = minutes("vllmInit"), FIGURES["vllmInit"].source
+    vllm, source = _figure("vllmInit")
     if warm and cuts.compile_cache:
         vllm = vllm - minutes("vllmCompile") + minutes("compileCacheLoad")
         source += "; compilation from the cache on Lustre (vllmCompile -> compileCacheLoad)"
@@ -458,13 +450,6 @@ def _train(inputs: StartupInputs, cuts: Cuts, warm: bool) -> list[tuple[str, flo
             (FIRST_STEP, inputs.seconds_per_step / 60, "estimatedRun.firstStepSeconds (its source in cost.txt)")
         )
     return phases
-
-
-def _unknown_step(step: str) -> StepCost:
-    def cost(inputs: StartupInputs, cuts: Cuts, warm: bool) -> list[tuple[str, float, str]]:
-        return [(f"{step} (no figure)", 1.0, "estimate: a step without a row in STEP_PHASES")]
-
-    return cost
 
 
 STEP_PHASES: Mapping[str, StepCost] = {

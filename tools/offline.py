@@ -87,9 +87,7 @@ class ProgramRun:
             current = next((r for r in self.resources if r.urn == urn), None)
             if current is None:
                 continue
-            nexts = list(current.dependencies)
-            for deps in current.property_dependencies.values():
-                nexts += deps
+            nexts = [*current.dependencies, *itertools.chain.from_iterable(current.property_dependencies.values())]
             if other.urn in nexts:
                 return True
             todo += nexts
@@ -104,10 +102,7 @@ def mock_password(length: int) -> str:
     return (MOCK_PASSWORD_SEED * (length // len(MOCK_PASSWORD_SEED) + 1))[:length]
 
 
-def _ca() -> str:
-    return "TU9DSy1DQS1DRVJUSUZJQ0FURQ=="  # base64 of a placeholder, never a real certificate
-
-
+MOCK_CA = "TU9DSy1DQS1DRVJUSUZJQ0FURQ=="  # base64 of a placeholder, never a real certificate
 MOCK_PROJECT_NUMBER = "123456789012"
 
 
@@ -160,7 +155,7 @@ class CloudMocks(pulumi_mocks.Mocks):
             dns = {**(endpoints.get("dnsEndpointConfig") or {}), "endpoint": mock_dns_endpoint(inputs.get("location"))}
             state.update(
                 endpoint="203.0.113.10",
-                masterAuth={**(inputs.get("masterAuth") or {}), "clusterCaCertificate": _ca()},
+                masterAuth={**(inputs.get("masterAuth") or {}), "clusterCaCertificate": MOCK_CA},
                 controlPlaneEndpointsConfig={**endpoints, "dnsEndpointConfig": dns},
             )
             return f"projects/{project}/locations/{inputs.get('location')}/clusters/{name}", state
@@ -339,11 +334,10 @@ def load_stack_config(project_dir: Path, stack: str) -> tuple[str, dict[str, Any
     config: dict[str, Any] = {}
     for key, declaration in (project_file.get("config") or {}).items():
         full_key = key if ":" in key else f"{project}:{key}"
-        if isinstance(declaration, dict):
-            if "default" in declaration:
-                config[full_key] = declaration["default"]
-        else:
+        if not isinstance(declaration, dict):
             config[full_key] = declaration
+        elif "default" in declaration:
+            config[full_key] = declaration["default"]
     stack_file = project_dir / f"Pulumi.{stack}.yaml"
     if not stack_file.exists():
         raise FileNotFoundError(f"no stack file {stack_file}")
@@ -353,16 +347,10 @@ def load_stack_config(project_dir: Path, stack: str) -> tuple[str, dict[str, Any
 
 
 def _config_strings(config: Mapping[str, Any]) -> dict[str, str]:
-    """Pulumi hands programs every value as a string; objects and lists as JSON."""
-    out: dict[str, str] = {}
-    for key, value in config.items():
-        if isinstance(value, (dict, list)):
-            out[key] = json.dumps(value)
-        elif isinstance(value, bool):
-            out[key] = "true" if value else "false"
-        else:
-            out[key] = str(value)
-    return out
+    """Pulumi hands programs every value as a string; objects and lists as JSON (and booleans: true, false)."""
+    return {
+        key: json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value) for key, value in config.items()
+    }
 
 
 @contextmanager

@@ -97,17 +97,15 @@ def _run_programs(
         )
     progress(1, "infra program (mocks)")
     infra_stack = infra_stack_of(stack) or stack
-    problem = stack_check.infra_stack_problem(stack, infra_stack, named) if named else None
-    if problem:
-        raise PlanError(problem)
+    _refuse([stack_check.infra_stack_problem(stack, infra_stack, named) if named else None])
     project, config = load_stack_config(ROOT, infra_stack)
     apply_overrides(project, config, infra_overrides)
     infra_file = f"Pulumi.{infra_stack}.yaml"
     if stack not in EXAMPLE_STACKS:  # a user's stack: what `pulumi up` would refuse, or run with a stand-in
-        problems = stack_check.infra_secret_problems(infra_stack, config, infra_file)
-        problems += stack_check.placeholder_problems(infra_stack, config, infra_file)
-        if problems:
-            raise PlanError("\nplan: ".join(problems))
+        _refuse(
+            stack_check.infra_secret_problems(infra_stack, config, infra_file)
+            + stack_check.placeholder_problems(infra_stack, config, infra_file)
+        )
         secrets = {}  # only the secrets the stack holds (encrypted): without a W&B key the run logs to TensorBoard
     else:  # the examples hold no secrets: planned as for a user who set both
         secrets = {f"{project}:{key}": value for key, value in PLACEHOLDER_SECRETS.items()}
@@ -189,10 +187,7 @@ def check_with_nemo_rl(
         problems, set_by = stack_check.override_problems(keys, sources, recipe, tag, elsewhere)
         recipe_values = nemo_rl_index.values_of(tag, recipe)
         megatron = set_by.get("policy.megatron_cfg.enabled", (recipe_values.get("policy.megatron_cfg.enabled"),))[0]
-        backend = stack_check.backend_problem(str(megatron).lower() == "true", ours, recipe, tag)
-        problems += [backend] if backend else []
-        if problems:
-            raise PlanError("\nplan: ".join(problems))
+        _refuse([*problems, stack_check.backend_problem(str(megatron).lower() == "true", ours, recipe, tag)])
         checked.append(step["step"])
         values = values or f"{step['step']}: {stack_check.shown_values(recipe_values, set_by)}"
     index = f"recipe and override keys checked against NeMo RL {tag}'s index (tools/nemo_rl_index.json): "
@@ -222,10 +217,7 @@ def _check_with_loader(tag: str, recipe: str, ours: list[str], tail: list[str], 
     keys = nemo_rl_index.flat_keys(resolved)
     problems, _ = stack_check.override_problems(keys, [(word, "override") for word in tail], recipe, tag, {})
     megatron = (resolved.get("policy") or {}).get("megatron_cfg") or {}
-    backend = stack_check.backend_problem(megatron.get("enabled") is True, ours, recipe, tag)
-    problems += [backend] if backend else []
-    if problems:
-        raise PlanError("\nplan: ".join(problems))
+    _refuse([*problems, stack_check.backend_problem(megatron.get("enabled") is True, ours, recipe, tag)])
     if tail:
         resolved, refusal = _nemo_rl_loader(sources, [f"--config={recipe}", *ours, *tail])
         if resolved is None:
@@ -234,6 +226,13 @@ def _check_with_loader(tag: str, recipe: str, ours: list[str], tail: list[str], 
                 f"{recipe}: {refusal}: fix or remove the item it names"
             )
     return None
+
+
+def _refuse(problems: Sequence[str | None]) -> None:
+    """Stop the plan on every problem found (None: none there), one `plan:` line each."""
+    found = [problem for problem in problems if problem]
+    if found:
+        raise PlanError("\nplan: ".join(found))
 
 
 def progress(step: int, what: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -63,27 +64,22 @@ def created_counts(plan: Plan) -> dict[str, dict[str, int]]:
     """What `pulumi up` of both stacks would create, counted by kind: {"Google Cloud": {label: n}, "Kubernetes":
     {kind: n}, "Helm": {release name: 1}}, Google Cloud in CREATED_LABELS' order, Kubernetes in KIND_ORDER's.
     Components, providers and stack references create nothing in the cloud or the cluster: not counted."""
-    cloud: dict[str, int] = {}
-    cluster: dict[str, int] = {}
-    helm: dict[str, int] = {}
+    cloud, cluster, helm = Counter[str](), Counter[str](), Counter[str]()
     for run in (plan.infra, plan.jobs):
         for resource in run.resources:
             if not resource.custom or resource.type.startswith("pulumi:"):
                 continue
             if resource.type == HELM_RELEASE:
-                name = str(resource.inputs.get("name") or resource.name)
-                helm[name] = helm.get(name, 0) + 1
+                helm[str(resource.inputs.get("name") or resource.name)] += 1
             elif resource.type.startswith("kubernetes:"):
-                kind = resource.type.rpartition(":")[2]
-                cluster[kind] = cluster.get(kind, 0) + 1
+                cluster[resource.type.rpartition(":")[2]] += 1
             else:
-                label = CREATED_LABELS.get(resource.type, resource.type.rpartition(":")[2])
-                cloud[label] = cloud.get(label, 0) + 1
+                cloud[CREATED_LABELS.get(resource.type, resource.type.rpartition(":")[2])] += 1
     order = list(dict.fromkeys(CREATED_LABELS.values()))
     return {
         "Google Cloud": dict(sorted(cloud.items(), key=lambda item: _rank(order, item[0]))),
         "Kubernetes": dict(sorted(cluster.items(), key=lambda item: _rank(list(KIND_ORDER), item[0]))),
-        "Helm": helm,
+        "Helm": dict(helm),
     }
 
 

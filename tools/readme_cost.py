@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,38 +30,40 @@ def documents() -> list[Path]:
     return [README, *sorted(DOCS.glob("*.md"))]
 
 
+def _fenced(marker: str, body: str) -> str:
+    return f"<!-- {marker} -->\n```text\n{body}\n```\n<!-- /{marker} -->"
+
+
+def _pattern(marker: str) -> re.Pattern[str]:
+    return re.compile(rf"<!-- {re.escape(marker)} -->.*?<!-- /{re.escape(marker)} -->", re.DOTALL)
+
+
+def _quoted_block(marker: str, text: str) -> str | None:
+    match = _pattern(marker).search(text)
+    return None if match is None else match.group(0)
+
+
 def block(stack: str, text: str) -> str:
-    return f"<!-- cost:{stack} -->\n```text\n{text.rstrip()}\n```\n<!-- /cost:{stack} -->"
-
-
-def _pattern(stack: str) -> re.Pattern[str]:
-    return re.compile(rf"<!-- cost:{re.escape(stack)} -->.*?<!-- /cost:{re.escape(stack)} -->", re.DOTALL)
+    return _fenced(f"cost:{stack}", text.rstrip())
 
 
 def quoted_after_destroy(text: str) -> str | None:
     """The after-destroy block `text` holds, or None."""
-    match = AFTER_DESTROY.search(text)
-    return None if match is None else match.group(0)
+    return _quoted_block("after-destroy", text)
 
 
 def quoted_summary(text: str) -> str | None:
     """The cost-summary block `text` holds, or None."""
-    match = SUMMARY.search(text)
-    return None if match is None else match.group(0)
+    return _quoted_block("cost-summary", text)
 
 
 def quoted(text: str, stack: str) -> str | None:
     """The cost text `text` quotes for `stack`, or None when it has no block for it."""
-    match = _pattern(stack).search(text)
-    if not match:
-        return None
-    inner = re.search(r"```text\n(.*?)\n```", match.group(0), re.DOTALL)
+    inner = re.search(r"```text\n(.*?)\n```", _quoted_block(f"cost:{stack}", text) or "", re.DOTALL)
     return None if inner is None else inner.group(1) + "\n"
 
 
-AFTER_DESTROY = re.compile(r"<!-- after-destroy -->.*?<!-- /after-destroy -->", re.DOTALL)
 AFTER_DESTROY_PREFIX = "per month after destroy:"
-SUMMARY = re.compile(r"<!-- cost-summary -->.*?<!-- /cost-summary -->", re.DOTALL)
 # Summary column -> the cost.txt line it is taken from (the text after the prefix, as the plan prints it).
 SUMMARY_COLUMNS = {
     "GPUs running, per hour": "per hour while the GPUs run:",
@@ -84,8 +85,7 @@ def after_destroy_block(costs: dict[str, str]) -> str:
     """One line per stack: what it keeps billing after a destroy, from its cost.txt."""
     width = max(len(stack) for stack in costs) + 2
     lines = [f"{stack:<{width}}{_line(stack, text, AFTER_DESTROY_PREFIX)}" for stack, text in costs.items()]
-    body = "\n".join(lines)
-    return f"<!-- after-destroy -->\n```text\n{body}\n```\n<!-- /after-destroy -->"
+    return _fenced("after-destroy", "\n".join(lines))
 
 
 def summary_block(costs: dict[str, str]) -> str:
@@ -100,7 +100,7 @@ def summary_block(costs: dict[str, str]) -> str:
     sources = gpu_rate_sources(costs)
     if sources:
         body += "\n" + "\n".join(sources)
-    return f"<!-- cost-summary -->\n```text\n{body}\n```\n<!-- /cost-summary -->"
+    return _fenced("cost-summary", body)
 
 
 GPU_RATE_PREFIX = "one GPU node per hour:"
@@ -140,12 +140,9 @@ def gpu_rate_sources(costs: dict[str, str]) -> list[str]:
     return [f"GPU node, {', '.join(stacks)}: {line}" for line, stacks in groups.items()]
 
 
-def _constant(text: str) -> Callable[[re.Match[str]], str]:
-    return lambda _: text
-
-
-def _replace_in_one(texts: dict[str, str], pattern: re.Pattern[str], new: str, marker: str) -> None:
-    """Replace the block `pattern` finds in the one text that holds it (in place, in `texts`)."""
+def _replace_in_one(texts: dict[str, str], marker: str, new: str) -> None:
+    """Replace the `marker` block in the one text that holds it (in place, in `texts`)."""
+    pattern = _pattern(marker)
     holders = [name for name, text in texts.items() if pattern.search(text)]
     if len(holders) != 1:
         where = "no file" if not holders else ", ".join(holders)
@@ -153,17 +150,17 @@ def _replace_in_one(texts: dict[str, str], pattern: re.Pattern[str], new: str, m
             f"readme_cost: <!-- {marker} --> must be in exactly one of {', '.join(texts)}; found in {where}"
         )
     # A function, not a string: the text must not be read as a regex replacement template.
-    texts[holders[0]] = pattern.sub(_constant(new), texts[holders[0]])
+    texts[holders[0]] = pattern.sub(lambda _: new, texts[holders[0]])
 
 
 def updated(texts: dict[str, str], costs: dict[str, str]) -> dict[str, str]:
     """File name -> its text with every generated block refreshed from `costs` (stack -> cost.txt)."""
     texts = dict(texts)
     for stack, text in costs.items():
-        _replace_in_one(texts, _pattern(stack), block(stack, text), f"cost:{stack}")
+        _replace_in_one(texts, f"cost:{stack}", block(stack, text))
     if costs:
-        _replace_in_one(texts, SUMMARY, summary_block(costs), "cost-summary")
-        _replace_in_one(texts, AFTER_DESTROY, after_destroy_block(costs), "after-destroy")
+        _replace_in_one(texts, "cost-summary", summary_block(costs))
+        _replace_in_one(texts, "after-destroy", after_destroy_block(costs))
     return texts
 
 

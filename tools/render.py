@@ -150,10 +150,8 @@ def manifest(resource: Registered) -> dict[str, Any] | None:
         return None
     api_version, kind = kind_info
     body = redact(resource.raw_inputs)
-    body["apiVersion"], body["kind"] = api_version, kind
     ordered = {"apiVersion": api_version, "kind": kind, "metadata": body.pop("metadata", {})}
-    ordered.update({k: v for k, v in body.items() if k not in ("apiVersion", "kind")})
-    return ordered
+    return {**ordered, **{k: v for k, v in body.items() if k not in ("apiVersion", "kind")}}
 
 
 def manifests(run: ProgramRun) -> list[dict[str, Any]]:
@@ -285,7 +283,6 @@ def resource_tree(plan: Plan) -> list[dict[str, Any]]:
         labels = {r.urn: timeline.label_of(r) for r in run.resources}
         for r in run.resources:
             deps = set(r.dependencies) | {u for urns in r.property_dependencies.values() for u in urns}
-            provider = r.provider.rsplit("::", 1)[0] if r.provider else ""
             entries.append(
                 {
                     "program": program,
@@ -294,7 +291,7 @@ def resource_tree(plan: Plan) -> list[dict[str, Any]]:
                     "name": r.name,
                     "parent": labels.get(r.parent),
                     "custom": r.custom,
-                    "provider": labels.get(provider),
+                    "provider": labels.get(timeline.provider_urn(r.provider)),
                     "properties": key_properties(r),
                     "dependsOn": sorted(labels[u] for u in deps if u in labels and u != r.urn),
                 }

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 INFRA_DONE = "(infra stack complete)"
 
@@ -42,6 +42,8 @@ class ResourceLike(Protocol):
     def provider(self) -> str: ...
     @property
     def custom(self) -> bool: ...
+    @property
+    def inputs(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ _NETWORK_SOURCE = (
     "'Creation complete after 22s')"
 )
 
+_K8S_OBJECT = Duration(0.05, "estimate: seconds (Kubernetes object)")
+_IAM_GRANT = Duration(0.25, "estimate: seconds (one IAM policy read-modify-write)")
 # One table: typical creation time per resource type. Types not listed take DEFAULT_DURATION (tests keep every
 # type the programs register listed here).
 DURATIONS: Mapping[str, Duration] = {
@@ -96,15 +100,13 @@ DURATIONS: Mapping[str, Duration] = {
     "gcp:compute/globalAddress:GlobalAddress": Duration(0.25, "estimate: seconds"),
     "gcp:compute/router:Router": Duration(0.25, "estimate: seconds"),
     "gcp:compute/routerNat:RouterNat": Duration(0.5, "estimate: under a minute (a router update)"),
-    "gcp:kms/cryptoKeyIAMMember:CryptoKeyIAMMember": Duration(
-        0.25, "estimate: seconds (one IAM policy read-modify-write)"
-    ),
+    "gcp:kms/cryptoKeyIAMMember:CryptoKeyIAMMember": _IAM_GRANT,
     "gcp:servicenetworking/connection:Connection": Duration(1.5, "estimate: 1-2 min for the VPC peering"),
     "gcp:projects/service:Service": Duration(
         1.0, "estimate: about a minute to enable an API on a new project; seconds when it is already on"
     ),
     "gcp:serviceaccount/account:Account": Duration(0.1, "estimate: seconds"),
-    "gcp:projects/iAMMember:IAMMember": Duration(0.25, "estimate: seconds (one IAM policy read-modify-write)"),
+    "gcp:projects/iAMMember:IAMMember": _IAM_GRANT,
     "gcp:serviceaccount/iAMMember:IAMMember": Duration(0.25, "estimate: seconds"),
     "gcp:container/cluster:Cluster": Duration(
         8.0, "estimate: 5-8 min for a regional Standard control plane with its temporary default pool"
@@ -121,55 +123,41 @@ DURATIONS: Mapping[str, Duration] = {
         0.05, "estimate: seconds; skipAwait, so no wait for its pods or their image pulls (Kubernetes object)"
     ),
     "random:index/randomPassword:RandomPassword": Duration(0.01, "no cloud call: computed by the provider"),
-    "kubernetes:core/v1:Namespace": Duration(0.05, "estimate: seconds (Kubernetes object)"),
-    "kubernetes:core/v1:Secret": Duration(0.05, "estimate: seconds (Kubernetes object)"),
-    "kubernetes:core/v1:ConfigMap": Duration(0.05, "estimate: seconds (Kubernetes object)"),
-    "kubernetes:core/v1:ServiceAccount": Duration(0.05, "estimate: seconds (Kubernetes object)"),
-    "kubernetes:core/v1:PersistentVolume": Duration(0.05, "estimate: seconds (Kubernetes object)"),
+    "kubernetes:core/v1:Namespace": _K8S_OBJECT,
+    "kubernetes:core/v1:Secret": _K8S_OBJECT,
+    "kubernetes:core/v1:ConfigMap": _K8S_OBJECT,
+    "kubernetes:core/v1:ServiceAccount": _K8S_OBJECT,
+    "kubernetes:core/v1:PersistentVolume": _K8S_OBJECT,
     "kubernetes:core/v1:PersistentVolumeClaim": Duration(
         0.1, "estimate: seconds, binding to the pre-created volume (Kubernetes object)"
     ),
-    "kubernetes:networking.k8s.io/v1:NetworkPolicy": Duration(0.05, "estimate: seconds (Kubernetes object)"),
-    "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy": Duration(
-        0.05, "estimate: seconds (Kubernetes object)"
-    ),
-    "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding": Duration(
-        0.05, "estimate: seconds (Kubernetes object)"
-    ),
-    "kubernetes:networking.gke.io/v1:GKENetworkParamSet": Duration(0.05, "estimate: seconds (Kubernetes object)"),
-    "kubernetes:networking.gke.io/v1:Network": Duration(0.05, "estimate: seconds (Kubernetes object)"),
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy": _K8S_OBJECT,
+    "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy": _K8S_OBJECT,
+    "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding": _K8S_OBJECT,
+    "kubernetes:networking.gke.io/v1:GKENetworkParamSet": _K8S_OBJECT,
+    "kubernetes:networking.gke.io/v1:Network": _K8S_OBJECT,
     "kubernetes:batch/v1:Job": Duration(
         0.05, "estimate: seconds; its waitFor is met once the Job exists, so `pulumi up` does not wait for the run"
     ),
-    "kubernetes:rbac.authorization.k8s.io/v1:Role": Duration(0.05, "estimate: seconds (Kubernetes object)"),
-    "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding": Duration(0.05, "estimate: seconds (Kubernetes object)"),
-    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole": Duration(0.05, "estimate: seconds (Kubernetes object)"),
-    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding": Duration(
-        0.05, "estimate: seconds (Kubernetes object)"
-    ),
+    "kubernetes:rbac.authorization.k8s.io/v1:Role": _K8S_OBJECT,
+    "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding": _K8S_OBJECT,
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole": _K8S_OBJECT,
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding": _K8S_OBJECT,
     "kubernetes:apps/v1:Deployment": Duration(
         0.1, "estimate: seconds; the provider waits for the pod, which starts from an image already on the node"
     ),
-    "kubernetes:core/v1:Service": Duration(0.05, "estimate: seconds (Kubernetes object)"),
+    "kubernetes:core/v1:Service": _K8S_OBJECT,
     "gcp:storage/bucket:Bucket": Duration(0.1, "estimate: seconds"),
-    "gcp:storage/bucketIAMMember:BucketIAMMember": Duration(
-        0.25, "estimate: seconds (one IAM policy read-modify-write)"
-    ),
+    "gcp:storage/bucketIAMMember:BucketIAMMember": _IAM_GRANT,
 }
 DEFAULT_DURATION = Duration(0.5, "estimate: default for a type without a figure")
 
 # The run after `pulumi up`: how long pipeline steps hold the GPU nodes, one row per step with a figure (steps
 # without a row are not modeled here). Keyed by the pipeline's step names.
-RUN_STEP_DURATIONS: Mapping[str, Duration] = {
-    "eval-base": Duration(
-        8.0,
-        "estimate: 6-8 min per GSM8K evaluation of a 27B model on one 8-GPU node, mostly vLLM start-up (GKE sample)",
-    ),
-    "eval-final": Duration(
-        8.0,
-        "estimate: 6-8 min per GSM8K evaluation of a 27B model on one 8-GPU node, mostly vLLM start-up (GKE sample)",
-    ),
-}
+_GSM8K_EVALUATION = Duration(
+    8.0, "estimate: 6-8 min per GSM8K evaluation of a 27B model on one 8-GPU node, mostly vLLM start-up (GKE sample)"
+)
+RUN_STEP_DURATIONS: Mapping[str, Duration] = {"eval-base": _GSM8K_EVALUATION, "eval-final": _GSM8K_EVALUATION}
 
 
 def render_run_steps(step_names: Iterable[str]) -> str:
@@ -186,10 +174,9 @@ def render_run_steps(step_names: Iterable[str]) -> str:
 COMPONENT = Duration(0.0, "component: takes no time itself")
 
 
-def lustre_tier(resource: object) -> int:
+def lustre_tier(resource: ResourceLike) -> int:
     """The throughput tier a registered Lustre instance asks for (its perUnitStorageThroughput input)."""
-    inputs = getattr(resource, "inputs", None) or {}
-    tier = inputs.get("perUnitStorageThroughput")
+    tier = resource.inputs.get("perUnitStorageThroughput")
     try:
         return int(str(tier))
     except ValueError:
@@ -271,7 +258,7 @@ class _Node:
     waits: tuple[str, ...]  # labels it waits for (its parent included)
 
 
-def _provider_urn(reference: str) -> str:
+def provider_urn(reference: str) -> str:
     # The engine's provider reference is "<urn>::<id>"; a URN contains "::" itself.
     return reference.rsplit("::", 1)[0] if reference else ""
 
@@ -285,8 +272,8 @@ def _program_nodes(resources: Sequence[ResourceLike], after: str | None, worst: 
     nodes = []
     for r in resources:
         urns = list(r.dependencies) + [u for deps in r.property_dependencies.values() for u in deps]
-        if _provider_urn(r.provider):
-            urns.append(_provider_urn(r.provider))
+        if provider_urn(r.provider):
+            urns.append(provider_urn(r.provider))
         waits = {label_of(by_urn[u]) for u in urns if u in by_urn}
         parent = label_of(by_urn[r.parent]) if r.parent in by_urn else None
         if parent:
