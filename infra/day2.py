@@ -11,7 +11,7 @@ import ipaddress
 import re
 import shlex
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pulumi
@@ -273,25 +273,9 @@ def changes(previous: Mapping[str, Any] | None, current: Mapping[str, Any], allo
     # A derived key that changes because its source did is a consequence of that change.
     for key, source in DERIVED_FROM.items():
         if key in found and source in found and key in derived:
-            consequence = found.pop(key)
             cause = found[source]
-            consequence = Change(
-                consequence.key,
-                consequence.old,
-                consequence.new,
-                consequence.effect,
-                consequence.what,
-                allowed=cause.allowed,
-            )
-            found[source] = Change(
-                cause.key,
-                cause.old,
-                cause.new,
-                cause.effect,
-                cause.what,
-                follows=(*cause.follows, consequence),
-                allowed=cause.allowed,
-            )
+            consequence = replace(found.pop(key), allowed=cause.allowed)
+            found[source] = replace(cause, follows=(*cause.follows, consequence))
     result = list(found.values())
     old_template, new_template = previous.get(RAY_CLUSTER), current.get(RAY_CLUSTER)
     template_keys = {e.key for e in EFFECTS if e.ray_template}
