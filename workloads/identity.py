@@ -73,10 +73,8 @@ class RayIdentity(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.storage_api)),
             )
         # The identity pool <project>.svc.id.goog exists once a Workload Identity cluster does.
-        self.binding = self._bind(f"{name}-workload-identity", args, args.kubernetes_service_account, args.cluster)
-        self.worker_binding = self._bind(
-            f"{name}-worker-workload-identity", args, args.worker_service_account, args.cluster
-        )
+        self.binding = self._bind(f"{name}-workload-identity", args, args.kubernetes_service_account)
+        self.worker_binding = self._bind(f"{name}-worker-workload-identity", args, args.worker_service_account)
         self.kubernetes_service_account = self._account(f"{name}-ksa", args, args.kubernetes_service_account, child)
         self.worker_service_account = self._account(f"{name}-worker-ksa", args, args.worker_service_account, child)
         self.register_outputs(
@@ -87,9 +85,7 @@ class RayIdentity(pulumi.ComponentResource):
             }
         )
 
-    def _bind(
-        self, name: str, args: RayIdentityArgs, ksa: str, cluster: gcp.container.Cluster
-    ) -> gcp.serviceaccount.IAMMember:
+    def _bind(self, name: str, args: RayIdentityArgs, ksa: str) -> gcp.serviceaccount.IAMMember:
         return gcp.serviceaccount.IAMMember(
             name,
             service_account_id=self.gcp_service_account.name,
@@ -97,7 +93,7 @@ class RayIdentity(pulumi.ComponentResource):
             member=pulumi.Output.from_input(args.namespace).apply(
                 lambda namespace: workload_identity_member(args.project, namespace, ksa)
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.cluster]),
         )
 
     def _account(
