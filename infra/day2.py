@@ -156,11 +156,6 @@ def _config_value(value: Any) -> str:
     return text if re.fullmatch(r"[A-Za-z0-9_.:/@+-]+", text) else shlex.quote(text)
 
 
-def _path(key: str) -> str:
-    """`--path 'a.b'` for a key inside an object, nothing for a plain or namespaced key."""
-    return f"--path '{key}' " if "." in key or "[" in key else ""
-
-
 def undo_command(key: str, old: Any) -> str:
     """Commands that put the recorded value back, as the user would type them."""
     if key == "wandbApiKey":  # given no value, `pulumi config set` prompts for it: the key never enters a line
@@ -170,11 +165,11 @@ def undo_command(key: str, old: Any) -> str:
     if isinstance(old, list):  # the whole list again, so a longer new one leaves no item behind
         items = [undo_command(f"{key}[{n}]", item) for n, item in enumerate(old)]
         return " && ".join([f"pulumi config rm --path '{key}'", *items])
+    # `--path 'a.b'` for a key inside an object; a plain or namespaced key as it is.
+    target = f"--path '{key}'" if "." in key or "[" in key else key
     if _UNSET.get(key, object()) == old:
-        return f"pulumi config rm --path '{key}'" if _path(key) else f"pulumi config rm {key}"
-    if "." in key or "[" in key:
-        return f"pulumi config set --path '{key}' {_config_value(old)}"
-    return f"pulumi config set {key} {_config_value(old)}"
+        return f"pulumi config rm {target}"
+    return f"pulumi config set {target} {_config_value(old)}"
 
 
 def _put_back(key: str, old: Any) -> str:
