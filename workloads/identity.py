@@ -36,10 +36,6 @@ class RayIdentityArgs:
     storage_api: Sequence[pulumi.Resource]  # the Service resource of the Cloud Storage API
 
 
-def workload_identity_member(project: str, namespace: str, ksa: str) -> str:
-    return f"serviceAccount:{project}.svc.id.goog[{namespace}/{ksa}]"
-
-
 class RayIdentity(pulumi.ComponentResource):
     gcp_service_account: gcp.serviceaccount.Account
     kubernetes_service_account: k8s.core.v1.ServiceAccount
@@ -91,7 +87,7 @@ class RayIdentity(pulumi.ComponentResource):
             service_account_id=self.gcp_service_account.name,
             role="roles/iam.workloadIdentityUser",
             member=pulumi.Output.from_input(args.namespace).apply(
-                lambda namespace: workload_identity_member(args.project, namespace, ksa)
+                lambda namespace: f"serviceAccount:{args.project}.svc.id.goog[{namespace}/{ksa}]"
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[args.cluster]),
         )
