@@ -83,6 +83,10 @@ class CostInputs:
     cloud_nat: bool = False  # the nodes reach the internet through a Cloud NAT gateway with one external address
 
 
+def _cents(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
 @dataclass(frozen=True)
 class Purchase:
     """One way of buying the GPU VM, priced from the table: a figure or a range, with its source and derivation."""
@@ -96,8 +100,8 @@ class Purchase:
     def as_output(self) -> dict[str, Any]:
         return {
             "how": self.key,
-            "usdLow": None if self.low is None else round(self.low, 2),
-            "usdHigh": None if self.high is None else round(self.high, 2),
+            "usdLow": _cents(self.low),
+            "usdHigh": _cents(self.high),
             "source": self.source,
             "derived": self.derived,
         }
@@ -134,32 +138,28 @@ class CostEstimate:
 
     def as_output(self) -> dict[str, Any]:
         """The `estimatedCost` stack output: dollars rounded to cents, unknowns as None."""
-
-        def cents(value: float | None) -> float | None:
-            return None if value is None else round(value, 2)
-
         return {
             "currency": "USD",
             "pricesReadOn": PRICES_READ_ON,
-            "gpuNodePerHour": cents(self.gpu_node_hourly),
-            "gpuNodePerHourLow": cents(self.gpu_node_hourly_low),
+            "gpuNodePerHour": _cents(self.gpu_node_hourly),
+            "gpuNodePerHourLow": _cents(self.gpu_node_hourly_low),
             "gpuNodePriceFrom": self.gpu_node_price_from,
             "gpuNodePriceBasis": self.gpu_node_price_basis,
             "gpuNodeAssumption": self.gpu_node_assumption,
             "gpuNodeByPurchase": [purchase.as_output() for purchase in self.purchases],
-            "cpuNodePerHour": cents(self.cpu_node_hourly),
-            "gkeClusterPerHour": cents(self.gke_cluster_hourly),
-            "gpuNodeBootDiskPerMonth": cents(self.gpu_boot_disk_monthly),
-            "cpuNodeBootDiskPerMonth": cents(self.cpu_boot_disk_monthly),
-            "perHourWhileGpusRun": cents(self.per_hour_while_gpus_run),
-            "perHourWhileGpusRunLow": cents(self.per_hour_while_gpus_run_low),
-            "perHourIdle": cents(self.per_hour_idle),
-            "perHourIdleLow": cents(self.per_hour_idle_low),
-            "lustrePerMonth": cents(self.lustre_monthly),
+            "cpuNodePerHour": _cents(self.cpu_node_hourly),
+            "gkeClusterPerHour": _cents(self.gke_cluster_hourly),
+            "gpuNodeBootDiskPerMonth": _cents(self.gpu_boot_disk_monthly),
+            "cpuNodeBootDiskPerMonth": _cents(self.cpu_boot_disk_monthly),
+            "perHourWhileGpusRun": _cents(self.per_hour_while_gpus_run),
+            "perHourWhileGpusRunLow": _cents(self.per_hour_while_gpus_run_low),
+            "perHourIdle": _cents(self.per_hour_idle),
+            "perHourIdleLow": _cents(self.per_hour_idle_low),
+            "lustrePerMonth": _cents(self.lustre_monthly),
             "lustreCapacityGib": self.lustre_capacity_gib,
             "lustreThroughputMbpsPerTib": self.lustre_tier,
             "protectData": self.protect_data,
-            "perMonthAfterDestroy": cents(self.per_month_after_destroy),
+            "perMonthAfterDestroy": _cents(self.per_month_after_destroy),
             "exportBucketPerGbMonth": self.export_bucket_gb_month,
             "complete": self.complete,
             "notes": list(self.notes),
@@ -191,11 +191,8 @@ class _Reader:
         self.notes: list[str] = []
         self.unpriced: list[str] = []
 
-    def lookup(self, table: Mapping[str, Price]) -> tuple[Price | None, str | None]:
-        return _by_region(table, self.region)
-
     def price(self, what: str, table: Mapping[str, Price]) -> float | None:
-        price, borrowed_from = self.lookup(table)
+        price, borrowed_from = _by_region(table, self.region)
         if price is None:
             self.unpriced.append(f"{what} in {self.region} (the table read on {PRICES_READ_ON} has no figure)")
             return None
@@ -220,35 +217,26 @@ def purchases(machine_type: str, region: str) -> list[Purchase]:
     def row(mode: str) -> Price | None:
         return _by_region(_mode_table(machine_type, mode), region)[0]
 
-    def words(price: Price) -> str:
-        return _source_words(price.source)
+    def as_listed(key: str, price: Price | None, missing: str) -> Purchase:
+        if price is None:
+            return Purchase(key, None, None, missing)
+        return Purchase(key, price.usd, price.usd, _source_words(price.source), price.derived)
 
-    found = []
-    listed, dws, spot = row(ON_DEMAND), row(FLEX_START), row(SPOT)
+    listed = row(ON_DEMAND)
     discount = _source_words(RESERVATION_DISCOUNT_SOURCE)
     if listed is None:
-        found.append(Purchase(PURCHASE_ON_DEMAND, None, None, "no figure in the table"))
-        found.append(Purchase(PURCHASE_COMMITTED, None, None, f"no list rate to discount ({discount})"))
+        committed = Purchase(PURCHASE_COMMITTED, None, None, f"no list rate to discount ({discount})")
     else:
-        found.append(Purchase(PURCHASE_ON_DEMAND, listed.usd, listed.usd, words(listed), listed.derived))
         low = listed.usd * (1 - RESERVATION_MAX_DISCOUNT)
-        found.append(
-            Purchase(
-                PURCHASE_COMMITTED,
-                low,
-                listed.usd,
-                f"up to {RESERVATION_MAX_DISCOUNT:.0%} off the list rate ({discount})",
-            )
+        committed = Purchase(
+            PURCHASE_COMMITTED, low, listed.usd, f"up to {RESERVATION_MAX_DISCOUNT:.0%} off the list rate ({discount})"
         )
-    if dws is None:
-        found.append(Purchase(PURCHASE_DWS, None, None, "no Dynamic Workload Scheduler figure in the table"))
-    else:
-        found.append(Purchase(PURCHASE_DWS, dws.usd, dws.usd, words(dws), dws.derived))
-    if spot is None:
-        found.append(Purchase(PURCHASE_SPOT, None, None, "no figure in the table"))
-    else:
-        found.append(Purchase(PURCHASE_SPOT, spot.usd, spot.usd, words(spot), spot.derived))
-    return found
+    return [
+        as_listed(PURCHASE_ON_DEMAND, listed, "no figure in the table"),
+        committed,
+        as_listed(PURCHASE_DWS, row(FLEX_START), "no Dynamic Workload Scheduler figure in the table"),
+        as_listed(PURCHASE_SPOT, row(SPOT), "no figure in the table"),
+    ]
 
 
 def _disk_monthly(reader: _Reader, disk_type: str, gib: int) -> float | None:

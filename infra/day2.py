@@ -11,7 +11,7 @@ import ipaddress
 import re
 import shlex
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pulumi
@@ -156,11 +156,6 @@ def _config_value(value: Any) -> str:
     return text if re.fullmatch(r"[A-Za-z0-9_.:/@+-]+", text) else shlex.quote(text)
 
 
-def _path(key: str) -> str:
-    """`--path 'a.b'` for a key inside an object, nothing for a plain or namespaced key."""
-    return f"--path '{key}' " if "." in key or "[" in key else ""
-
-
 def undo_command(key: str, old: Any) -> str:
     """Commands that put the recorded value back, as the user would type them."""
     if key == "wandbApiKey":  # given no value, `pulumi config set` prompts for it: the key never enters a line
@@ -170,11 +165,11 @@ def undo_command(key: str, old: Any) -> str:
     if isinstance(old, list):  # the whole list again, so a longer new one leaves no item behind
         items = [undo_command(f"{key}[{n}]", item) for n, item in enumerate(old)]
         return " && ".join([f"pulumi config rm --path '{key}'", *items])
+    # `--path 'a.b'` for a key inside an object; a plain or namespaced key as it is.
+    target = f"--path '{key}'" if "." in key or "[" in key else key
     if _UNSET.get(key, object()) == old:
-        return f"pulumi config rm --path '{key}'" if _path(key) else f"pulumi config rm {key}"
-    if "." in key or "[" in key:
-        return f"pulumi config set --path '{key}' {_config_value(old)}"
-    return f"pulumi config set {key} {_config_value(old)}"
+        return f"pulumi config rm {target}"
+    return f"pulumi config set {target} {_config_value(old)}"
 
 
 def _put_back(key: str, old: Any) -> str:
@@ -273,25 +268,9 @@ def changes(previous: Mapping[str, Any] | None, current: Mapping[str, Any], allo
     # A derived key that changes because its source did is a consequence of that change.
     for key, source in DERIVED_FROM.items():
         if key in found and source in found and key in derived:
-            consequence = found.pop(key)
             cause = found[source]
-            consequence = Change(
-                consequence.key,
-                consequence.old,
-                consequence.new,
-                consequence.effect,
-                consequence.what,
-                allowed=cause.allowed,
-            )
-            found[source] = Change(
-                cause.key,
-                cause.old,
-                cause.new,
-                cause.effect,
-                cause.what,
-                follows=(*cause.follows, consequence),
-                allowed=cause.allowed,
-            )
+            consequence = replace(found.pop(key), allowed=cause.allowed)
+            found[source] = replace(cause, follows=(*cause.follows, consequence))
     result = list(found.values())
     old_template, new_template = previous.get(RAY_CLUSTER), current.get(RAY_CLUSTER)
     template_keys = {e.key for e in EFFECTS if e.ray_template}

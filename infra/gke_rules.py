@@ -139,9 +139,9 @@ def flex_start_violations(
 # validation; pulumi-gcp ClusterMaintenancePolicyMaintenanceExclusionExclusionOptions). NO_UPGRADES is left out: it
 # needs an end time of at most 30 days, so it cannot guard a cluster for its life.
 MAINTENANCE_EXCLUSION_SCOPES = ("NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES")
-# Both blueprints (gke-a3-ultragpu.yaml, gke-a4.yaml) exclude NO_MINOR_OR_NODE_UPGRADES until the end of support:
-# GKE then never drains a GPU node for an upgrade during a training run; control-plane patches still apply.
-DEFAULT_MAINTENANCE_EXCLUSION = "NO_MINOR_OR_NODE_UPGRADES"
+# Both blueprints (gke-a3-ultragpu.yaml, gke-a4.yaml) exclude NO_MINOR_OR_NODE_UPGRADES until the end of support, as
+# the maintenanceExclusion default does (infra/settings.py): GKE then never drains a GPU node for an upgrade during a
+# training run; control-plane patches still apply.
 # The exclusion's start: a fixed past date, as the blueprints use (2025-12-01 there), so the plan stays the same
 # from one run to the next; the exclusion is in force from creation.
 MAINTENANCE_EXCLUSION_START = "2026-01-01T00:00:00Z"
@@ -165,7 +165,7 @@ GVNIC_MTU = 8896
 # today on every cluster, regardless of version or cluster configuration", so it adds no version floor. GKE docs
 # (concepts/network-isolation) name DNS-only access as the best practice; CIS GKE Benchmark v2.0.0, 5.6.4: prefer
 # DNS-based access, and disable the IP-based endpoint or restrict it to trusted networks.
-DNS_ENDPOINT_SOURCE = "Google Cloud blog 2024-11-11 (new DNS-based endpoint); GKE docs: concepts/network-isolation"
+
 # Most CIDR blocks master authorized networks take: container v1 API (discovery document, revision 20261027),
 # MasterAuthorizedNetworksConfig.cidrBlocks: "up to 50 external networks". (GKE docs allow 100 on some newer
 # clusters; 50 holds on every cluster.)
@@ -184,9 +184,7 @@ PRIVATE_NODES_PSC_FLOOR = VersionFloor(
 # true) and gke-cluster's system pool do so; the gke-a3-ultragpu and gke-a4 blueprints keep that default on their
 # GPU pools, whose drivers GKE installs (gpu_driver_version DEFAULT, as here): those are signed, so secure boot does
 # not stop them loading. A driver installed by a DaemonSet instead would need secure boot off.
-SHIELDED_NODES_SOURCE = (
-    "CT modules/compute/gke-node-pool (enable_secure_boot default true); blueprints gke-a3-ultragpu, gke-a4"
-)
+
 # Application-layer secrets encryption (container v1 DatabaseEncryption.keyName, e.g.
 # projects/my-project/locations/global/keyRings/my-ring/cryptoKeys/my-key). GKE docs (how-to/encrypting-secrets):
 # the key must be in the same location as the cluster (its region, for this regional cluster), and GKE's service

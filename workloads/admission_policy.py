@@ -84,12 +84,8 @@ class Validation:
     message_expression: str | None = None
 
     def as_dict(self) -> dict[str, str]:
-        out = {"expression": self.expression}
-        if self.message is not None:
-            out["message"] = self.message
-        if self.message_expression is not None:
-            out["messageExpression"] = self.message_expression
-        return out
+        out = {"expression": self.expression, "message": self.message, "messageExpression": self.message_expression}
+        return {key: value for key, value in out.items() if value is not None}
 
 
 def _cel_list(values: tuple[str, ...]) -> str:

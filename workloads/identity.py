@@ -36,10 +36,6 @@ class RayIdentityArgs:
     storage_api: Sequence[pulumi.Resource]  # the Service resource of the Cloud Storage API
 
 
-def workload_identity_member(project: str, namespace: str, ksa: str) -> str:
-    return f"serviceAccount:{project}.svc.id.goog[{namespace}/{ksa}]"
-
-
 class RayIdentity(pulumi.ComponentResource):
     gcp_service_account: gcp.serviceaccount.Account
     kubernetes_service_account: k8s.core.v1.ServiceAccount
@@ -73,10 +69,8 @@ class RayIdentity(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.storage_api)),
             )
         # The identity pool <project>.svc.id.goog exists once a Workload Identity cluster does.
-        self.binding = self._bind(f"{name}-workload-identity", args, args.kubernetes_service_account, args.cluster)
-        self.worker_binding = self._bind(
-            f"{name}-worker-workload-identity", args, args.worker_service_account, args.cluster
-        )
+        self.binding = self._bind(f"{name}-workload-identity", args, args.kubernetes_service_account)
+        self.worker_binding = self._bind(f"{name}-worker-workload-identity", args, args.worker_service_account)
         self.kubernetes_service_account = self._account(f"{name}-ksa", args, args.kubernetes_service_account, child)
         self.worker_service_account = self._account(f"{name}-worker-ksa", args, args.worker_service_account, child)
         self.register_outputs(
@@ -87,17 +81,15 @@ class RayIdentity(pulumi.ComponentResource):
             }
         )
 
-    def _bind(
-        self, name: str, args: RayIdentityArgs, ksa: str, cluster: gcp.container.Cluster
-    ) -> gcp.serviceaccount.IAMMember:
+    def _bind(self, name: str, args: RayIdentityArgs, ksa: str) -> gcp.serviceaccount.IAMMember:
         return gcp.serviceaccount.IAMMember(
             name,
             service_account_id=self.gcp_service_account.name,
             role="roles/iam.workloadIdentityUser",
             member=pulumi.Output.from_input(args.namespace).apply(
-                lambda namespace: workload_identity_member(args.project, namespace, ksa)
+                lambda namespace: f"serviceAccount:{args.project}.svc.id.goog[{namespace}/{ksa}]"
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.cluster]),
         )
 
     def _account(

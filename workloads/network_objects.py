@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -20,17 +19,6 @@ class NetworkMappingArgs:
     gvnic_subnet: pulumi.Input[str]
     rdma_network: pulumi.Input[str]
     rdma_subnets: list[pulumi.Input[str]]  # index = NIC's rdma_index
-
-
-def param_set_spec(nic: ExtraNic, vpc: Any, subnet: Any) -> dict[str, Any]:
-    return {"vpc": vpc, "vpcSubnet": subnet, "deviceMode": nic.device_mode}
-
-
-def network_spec(nic: ExtraNic) -> dict[str, Any]:
-    return {
-        "type": "Device",
-        "parametersRef": {"group": "networking.gke.io", "kind": "GKENetworkParamSet", "name": nic.network},
-    }
 
 
 class NetworkMapping(pulumi.ComponentResource):
@@ -52,7 +40,7 @@ class NetworkMapping(pulumi.ComponentResource):
                 api_version=API_VERSION,
                 kind="GKENetworkParamSet",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=nic.network),
-                spec=param_set_spec(nic, vpc, subnet),
+                spec={"vpc": vpc, "vpcSubnet": subnet, "deviceMode": nic.device_mode},
                 opts=child,
             )
             network = k8s.apiextensions.CustomResource(
@@ -60,7 +48,10 @@ class NetworkMapping(pulumi.ComponentResource):
                 api_version=API_VERSION,
                 kind="Network",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=nic.network),
-                spec=network_spec(nic),
+                spec={
+                    "type": "Device",
+                    "parametersRef": {"group": "networking.gke.io", "kind": "GKENetworkParamSet", "name": nic.network},
+                },
                 # The Network names its parameter set by a plain string: say the order explicitly.
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[param_set]),
             )

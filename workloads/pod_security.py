@@ -22,7 +22,6 @@ from __future__ import annotations
 ENFORCE_LEVEL = "privileged"
 AUDIT_LEVEL = "baseline"
 WARN_LEVEL = "baseline"
-LEVELS = ("privileged", "baseline", "restricted")  # weakest first
 LABEL_PREFIX = "pod-security.kubernetes.io"
 
 

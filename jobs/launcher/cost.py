@@ -26,22 +26,20 @@ def _round(value: float | None) -> float | None:
 
 def _benchmark_steps(job: JobSettings, infra: InfraOutputs) -> tuple[list[step_times.StepEstimate], list[str]]:
     """The benchmark runs NVIDIA's recipes unchanged, one after the other, each on its own shape."""
-    found = []
-    for item in job.benchmark_recipes:
-        recipe = item.recipe
-        found.append(
-            step_times.estimate(
-                recipe=recipe.path,
-                async_grpo=recipe.async_grpo,
-                gpu_type=infra.gpu_type,
-                num_nodes=recipe.num_nodes,
-                generation_nodes=recipe.generation_nodes,
-                gpus_per_node=recipe.gpus_per_node,
-                samples_per_step=recipe.samples_per_step,
-                user_seconds=None,
-                release=infra.nemo_rl_release.tag,
-            )
+    found = [
+        step_times.estimate(
+            recipe=item.recipe.path,
+            async_grpo=item.recipe.async_grpo,
+            gpu_type=infra.gpu_type,
+            num_nodes=item.recipe.num_nodes,
+            generation_nodes=item.recipe.generation_nodes,
+            gpus_per_node=item.recipe.gpus_per_node,
+            samples_per_step=item.recipe.samples_per_step,
+            user_seconds=None,
+            release=infra.nemo_rl_release.tag,
         )
+        for item in job.benchmark_recipes
+    ]
     # Only the first recipe's first step is the run's (estimatedRun.firstStepSeconds): the others' are left out.
     notes = list(
         dict.fromkeys(

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import re
-import typing
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import pulumi
 from config_rules import Allowed, ConfigError, Text, config_error
@@ -25,7 +24,7 @@ from pydantic_core import PydanticCustomError
 DataLayout = Literal["flat", "per-split"]
 FLAT_DATA: DataLayout = "flat"
 PER_SPLIT_DATA: DataLayout = "per-split"
-DATA_LAYOUTS = typing.get_args(DataLayout)
+DATA_LAYOUTS = get_args(DataLayout)
 # python-re: the entrypoint's rule needs a lookahead (no '..' anywhere).
 _CONFIG = ConfigDict(frozen=True, extra="ignore", regex_engine="python-re")
 

@@ -55,6 +55,7 @@ GRACE_SECONDS = 2 * 5 + STOP_TIMEOUT_S + 20
 DELETE_TIMEOUT = f"{-(-(GRACE_SECONDS + 120) // 60)}m"
 # Delete the pod before the Job object disappears, so that the Role it reads its Job with outlives it.
 DELETION_PROPAGATION = "pulumi.com/deletionPropagationPolicy"
+RBAC_GROUP = "rbac.authorization.k8s.io"
 
 
 def ray_auth_env(secret_name: str | None) -> list[k8s.core.v1.EnvVarArgs]:
@@ -316,15 +317,14 @@ class PipelineJob(pulumi.ComponentResource):
             ],
             opts=child,
         )
+        subjects = [
+            k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=infra.namespace)
+        ]
         binding = k8s.rbac.v1.RoleBinding(
             f"{name}-submitter",
             metadata=meta,
-            role_ref=k8s.rbac.v1.RoleRefArgs(
-                api_group="rbac.authorization.k8s.io", kind="Role", name=role.metadata.name
-            ),
-            subjects=[
-                k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=infra.namespace)
-            ],
+            role_ref=k8s.rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="Role", name=role.metadata.name),
+            subjects=subjects,
             opts=child,
         )
         # After the NCCL pre-flight, the blocks and sub-blocks of the run's GPU nodes (scripts/topology_report.py):
@@ -340,12 +340,8 @@ class PipelineJob(pulumi.ComponentResource):
         node_binding = k8s.rbac.v1.ClusterRoleBinding(
             f"{name}-node-reader",
             metadata=cluster_meta,
-            role_ref=k8s.rbac.v1.RoleRefArgs(
-                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=node_reader.metadata.name
-            ),
-            subjects=[
-                k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=infra.namespace)
-            ],
+            role_ref=k8s.rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="ClusterRole", name=node_reader.metadata.name),
+            subjects=subjects,
             opts=child,
         )
         return ApiAccess(

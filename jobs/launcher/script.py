@@ -153,11 +153,6 @@ def topology_command(job: JobSettings, infra: InfraOutputs) -> list[str]:
     return ["python", TOPOLOGY_REPORT, f"--report={paths.nccl_report_file(job, infra)}"]
 
 
-def dataset_label(job: JobSettings) -> str:
-    """The evaluated dataset as the accuracy line names it."""
-    return job.dataset.label if job.dataset else "GSM8K"
-
-
 def eval_summary_command(job: JobSettings, infra: InfraOutputs) -> list[str]:
     """The submitter's last command: accuracy from the evaluations' per-sample rewards, a JSON summary, and the
     log's last line. Empty without evaluations."""
@@ -165,8 +160,8 @@ def eval_summary_command(job: JobSettings, infra: InfraOutputs) -> list[str]:
         return []
     folder = paths.eval_dir(job, infra)
     command = ["python", EVAL_SUMMARY, f"--dataset={paths.dataset_dir(job, infra)}/test.jsonl"]
-    if job.dataset:
-        command.append(f"--dataset-name={dataset_label(job)}")
+    if job.dataset:  # the evaluated dataset as the accuracy line names it (eval_summary.py's default: GSM8K)
+        command.append(f"--dataset-name={job.dataset.label}")
     if job.eval_base:
         command.append(f"--base={folder}/base")
     if job.eval_final:
